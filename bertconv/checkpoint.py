@@ -1,0 +1,165 @@
+"""Reading checkpoint directories and writing converted ones. The only module that touches weight
+files; conversion itself is in convert.py.
+
+A checkpoint directory holds config.json and the weights, in the first of these forms found:
+model.safetensors, model.safetensors.index.json (shards), pytorch_model.bin,
+pytorch_model.bin.index.json (shards). `.bin` files are read with `weights_only=True`.
+"""
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import BertConfig
+from .errors import CheckpointError, NotFoundError, OutputError
+from .mapping import OFFICIAL
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+TOKENIZER_FILES = (
+    "vocab.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+)
+# Keys of the safetensors metadata that bertconv writes.
+LAYOUT_KEY, SOURCE_KEY, REVISION_KEY = "bertconv.layout", "bertconv.source", "bertconv.revision"
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    config: BertConfig
+    config_dict: dict
+    state_dict: dict  # name -> torch.Tensor, as the files hold them
+    layout: str  # bertconv's metadata says which; official otherwise
+    metadata: dict[str, str]
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The weight files of a checkpoint directory, safetensors first."""
+    if not directory.is_dir():
+        raise NotFoundError(f"{directory}: no such directory")
+    for name in WEIGHT_FILES:
+        path = directory / name
+        if path.is_file():
+            return _shards(path) if name.endswith(".index.json") else [path]
+    raise NotFoundError(
+        f"{directory}: no weights found; a checkpoint directory holds one of {', '.join(WEIGHT_FILES)}"
+    )
+
+
+def _shards(index: Path) -> list[Path]:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{index}: not a valid shard index ({e!r}); download it again") from e
+    shards = [index.parent / name for name in sorted(set(weight_map.values()))]
+    missing = [str(s) for s in shards if not s.is_file()]
+    if missing:
+        raise NotFoundError(f"{index}: lists shards that are not there: {', '.join(missing)}")
+    return shards
+
+
+def read_tensors(files: list[Path]) -> tuple[dict, dict[str, str]]:
+    """All tensors of the files, and the first file's safetensors metadata."""
+    state_dict, metadata = {}, {}
+    for path in files:
+        tensors, meta = _read_safetensors(path) if path.suffix == ".safetensors" else _read_bin(path)
+        clash = state_dict.keys() & tensors.keys()
+        if clash:
+            raise CheckpointError(f"{path}: repeats tensors of another shard: {sorted(clash)[:5]}")
+        state_dict.update(tensors)
+        metadata = metadata or meta
+    return state_dict, metadata
+
+
+def _read_safetensors(path: Path) -> tuple[dict, dict[str, str]]:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(path, framework="pt") as f:
+            return {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}  # noqa: SIM118
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({e}). If it is a few hundred bytes, it may be "
+            "a Git LFS pointer or an HTML page saved in place of the weights: download it again."
+        ) from e
+
+
+def _read_bin(path: Path) -> tuple[dict, dict[str, str]]:
+    import pickle
+
+    import torch
+
+    try:
+        state_dict = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError) as e:
+        raise CheckpointError(
+            f"{path}: cannot be read as a PyTorch checkpoint with weights_only=True ({e}). "
+            "bertconv never unpickles arbitrary objects; use the model's safetensors file instead."
+        ) from e
+    if not isinstance(state_dict, dict):
+        raise CheckpointError(f"{path}: holds a {type(state_dict).__name__}, not a state dict")
+    return state_dict, {}
+
+
+def read_checkpoint(directory: Path, layout: str | None = None) -> Checkpoint:
+    """config.json and every tensor of a checkpoint directory."""
+    directory = Path(directory)
+    files = weight_files(directory)
+    config_path = directory / "config.json"
+    config = BertConfig.from_json_file(config_path)
+    state_dict, metadata = read_tensors(files)
+    layout = layout or metadata.get(LAYOUT_KEY, OFFICIAL)
+    config_dict = json.loads(config_path.read_text())
+    return Checkpoint(directory, config, config_dict, state_dict, layout, metadata)
+
+
+def write_checkpoint(
+    out: Path, state_dict: dict, config_dict: dict, metadata: dict[str, str], tokenizer_from: Path
+) -> list[Path]:
+    """Write model.safetensors, config.json and the tokenizer files into `out`.
+
+    Every file is written aside first, then renamed into place, model.safetensors last: a failure
+    leaves `out` as it was."""
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{out}: cannot create the output directory ({e.strerror})") from e
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for name in TOKENIZER_FILES:
+            if (tokenizer_from / name).is_file():
+                _stage(staged, out / name).write_bytes((tokenizer_from / name).read_bytes())
+        config_json = json.dumps(config_dict, indent=2) + "\n"
+        _stage(staged, out / "config.json").write_text(config_json)
+        weights = _stage(staged, out / "model.safetensors")
+        save_file(state_dict, weights, metadata={"format": "pt", **metadata})
+        for tmp, final in staged:
+            os.replace(tmp, final)
+    except OSError as e:
+        raise OutputError(
+            f"{out}: writing the converted checkpoint failed ({e.strerror or e}); "
+            "nothing in it was changed"
+        ) from e
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+    return [final for _, final in staged]
+
+
+def _stage(staged: list[tuple[Path, Path]], final: Path) -> Path:
+    """A path beside `final` to write to, remembered for the rename (or the clean-up)."""
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.partial")
+    staged.append((tmp, final))
+    return tmp

@@ -1,0 +1,201 @@
+"""Conversion between layouts as a pure function on state dicts: no files, no printing.
+
+    convert(state_dict, config, "transformers", "bertconv") -> Conversion
+
+Every tensor is read through the source layout's table into the official names, checked against
+the shapes config.json implies, then written out through the target layout's table. Problems are
+collected, and raised once, all of them, naming each tensor.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import BertConfig
+from .errors import CheckpointError
+from .mapping import OFFICIAL, Layout, head_names, layout, official_shapes
+
+# How many names an error lists per kind of problem before it says "and N more".
+LISTED = 12
+
+
+@dataclass
+class Problems:
+    """Everything wrong with a checkpoint, gathered before raising."""
+
+    source: str
+    layout: str
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    shapes: list[str] = field(default_factory=list)
+    values: list[str] = field(default_factory=list)
+
+    def raise_if_any(self) -> None:
+        if not (self.missing or self.unexpected or self.shapes or self.values):
+            return
+        lines = [f"{self.source}: its tensors do not fit the {self.layout!r} layout."]
+        for label, names in [
+            ("missing tensors", self.missing),
+            ("unexpected tensors, which no table maps", self.unexpected),
+            ("wrong shapes", self.shapes),
+            ("wrong values", self.values),
+        ]:
+            if names:
+                shown = ", ".join(names[:LISTED])
+                more = f", and {len(names) - LISTED} more" if len(names) > LISTED else ""
+                lines.append(f"  {label} ({len(names)}): {shown}{more}")
+        lines.append(self.advice())
+        raise CheckpointError("\n".join(lines))
+
+    def advice(self) -> str:
+        if self.shapes and not (self.missing or self.unexpected):
+            return "What to do: check that config.json is the one that came with these weights."
+        if self.layout != OFFICIAL:
+            return (
+                f"What to do: check that the file was written in the {self.layout!r} layout "
+                "(`--from`), and that config.json matches it."
+            )
+        return (
+            "What to do: bertconv reads BERT's encoder and its pre-training heads; a file with "
+            "other tensors (a task head, another architecture) or fewer layers than config.json "
+            "says cannot be converted as it is."
+        )
+
+
+@dataclass
+class Conversion:
+    state_dict: dict[str, torch.Tensor]
+    heads: bool  # the result holds the pre-training heads
+    dropped_heads: list[str]  # official head tensors the target layout has no place for
+
+
+def to_official(
+    state_dict: dict[str, torch.Tensor], config: BertConfig, src: Layout, source: str
+) -> dict[str, torch.Tensor]:
+    """Read a state dict in layout `src` into the official names, checking everything."""
+    problems = Problems(source, src.name)
+    official: dict[str, torch.Tensor] = {}
+    tied = {}
+    for name, tensor in state_dict.items():
+        if name in src.ignored:
+            continue
+        if name in src.tied:
+            tied[name] = tensor
+        elif name in src.generated:
+            _check_generated(name, tensor, src, problems)
+        elif name in src.rows or name in src.aliases:
+            row = src.rows[src.aliases.get(name, name)]
+            for official_name, part in zip(row.official, _unpack(row, tensor, config), strict=True):
+                if official_name in official and not torch.equal(official[official_name], part):
+                    problems.values.append(f"{name} differs from the other copy of {official_name}")
+                official[official_name] = part
+        else:
+            problems.unexpected.append(name)
+    _check_tied(tied, official, src, problems)
+    _check_complete(official, config, src, problems)
+    problems.raise_if_any()
+    return official
+
+
+def from_official(
+    official: dict[str, torch.Tensor], config: BertConfig, dst: Layout
+) -> dict[str, torch.Tensor]:
+    """Write official tensors into layout `dst`'s names. Rows whose tensors are absent (the
+    heads of a BertModel checkpoint) are left out."""
+    with_heads = any(name in official for name in head_names(config))
+    prefix = dst.prefix if with_heads else ""
+    heads = set(head_names(config))
+    out = {}
+    for name, row in dst.rows.items():
+        if all(o in official for o in row.official):
+            written = name if row.official[0] in heads else prefix + name
+            out[written] = _pack(row, [official[o] for o in row.official])
+    for name, gen in dst.generated.items():
+        out[name] = torch.arange(gen.arange).reshape(gen.shape)
+    return out
+
+
+def convert(
+    state_dict: dict[str, torch.Tensor],
+    config: BertConfig,
+    from_layout: str = OFFICIAL,
+    to_layout: str = "bertconv",
+    heads: bool | None = None,
+    source: str = "state dict",
+) -> Conversion:
+    """Convert between layouts. heads: None keeps the pre-training heads where the target layout
+    has a place for them, False leaves them out, True requires them."""
+    src, dst = layout(from_layout, config), layout(to_layout, config)
+    official = to_official(state_dict, config, src, source)
+    head_tensors = [n for n in head_names(config) if n in official]
+    if heads and not head_tensors:
+        raise CheckpointError(f"{source}: has no pre-training heads (cls.*), and heads were asked for")
+    if heads and not dst.has_heads(config):
+        raise CheckpointError(f"{source}: the {to_layout!r} layout has no pre-training heads")
+    keep_heads = heads is not False and dst.has_heads(config)
+    dropped = [] if keep_heads else head_tensors
+    for name in dropped:
+        del official[name]
+    kept = bool(head_tensors) and not dropped
+    return Conversion(from_official(official, config, dst), kept, dropped)
+
+
+def _unpack(row, tensor: torch.Tensor, config: BertConfig) -> list[torch.Tensor]:
+    if row.transform == "transpose":
+        return [tensor.T]
+    if row.transform == "concat":
+        sizes = [official_shapes(config)[o][0] for o in row.official]
+        if tensor.shape[0] == sum(sizes):
+            return list(tensor.split(sizes, dim=0))
+        # Wrong size: hand it on whole, so the shape check names it.
+        return [tensor] * len(sizes)
+    return [tensor]
+
+
+def _pack(row, tensors: list[torch.Tensor]) -> torch.Tensor:
+    if row.transform == "transpose":
+        return tensors[0].T.contiguous()
+    if row.transform == "concat":
+        return torch.cat(tensors, dim=0)
+    return tensors[0]
+
+
+def _check_generated(name: str, tensor: torch.Tensor, src: Layout, problems: Problems) -> None:
+    gen = src.generated[name]
+    expected = torch.arange(gen.arange).reshape(gen.shape)
+    if tensor.shape != expected.shape or not torch.equal(tensor.long(), expected):
+        problems.values.append(f"{name} should be arange({gen.arange}) of shape {gen.shape}")
+
+
+def _check_tied(tied: dict, official: dict, src: Layout, problems: Problems) -> None:
+    for name, tensor in tied.items():
+        target = src.tied[name]
+        if target in official and not torch.equal(tensor, official[target]):
+            problems.values.append(
+                f"{name} differs from {target}, which it should be a tied copy of "
+                "(bertconv's model ties them, so it cannot hold an untied decoder)"
+            )
+
+
+def _check_complete(official: dict, config: BertConfig, src: Layout, problems: Problems) -> None:
+    """Every encoder tensor, the heads all or none, each the shape config.json implies."""
+    wanted = official_shapes(config)
+    heads = [n for n in head_names(config) if n in wanted]
+    has_heads = any(n in official for n in heads)
+    for name, shape in wanted.items():
+        if name not in official:
+            if name not in heads or has_heads:
+                problems.missing.append(_layout_name(name, src))
+        elif tuple(official[name].shape) != shape:
+            problems.shapes.append(
+                f"{_layout_name(name, src)} is {tuple(official[name].shape)}, "
+                f"config.json implies {shape}"
+            )
+
+
+def _layout_name(official_name: str, src: Layout) -> str:
+    """The name the source layout uses for an official tensor, for messages."""
+    for name, row in src.rows.items():
+        if official_name in row.official:
+            return name
+    return official_name

@@ -1,0 +1,45 @@
+"""bertconv's exceptions. Each carries the exit code the command line gives it (README: Exit codes);
+the library raises them and never prints."""
+
+
+class BertconvError(Exception):
+    """Something the user can act on; the message says what and what to do."""
+
+    exit_code = 1
+
+
+class UsageError(BertconvError):
+    """The command was asked for something it cannot do (an unknown layout, say)."""
+
+    exit_code = 2
+
+
+class NotFoundError(BertconvError):
+    """No such directory, file, Hub repository or revision."""
+
+    exit_code = 3
+
+
+class CheckpointError(BertconvError):
+    """The checkpoint's tensors or config do not fit the model: missing, unexpected, wrong shape,
+    unsupported settings, unreadable files."""
+
+    exit_code = 4
+
+
+class HubError(BertconvError):
+    """The Hugging Face Hub could not be reached or refused the download."""
+
+    exit_code = 5
+
+
+class MissingDependencyError(BertconvError):
+    """An optional extra is needed for this command."""
+
+    exit_code = 6
+
+
+class OutputError(BertconvError):
+    """The output could not be written (disk full, no permission); nothing was left half-written."""
+
+    exit_code = 7

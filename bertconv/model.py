@@ -1,0 +1,244 @@
+"""BERT from scratch: the encoder of Devlin et al. (2018), computing what transformers' BertModel
+and BertForPreTraining compute, in one file read top to bottom.
+
+Parameter names follow seed 000 ("Code Review for BERT"): attention projections are `Wq/Wk/Wv`,
+LayerNorms hold `gamma/beta`; everything else keeps the names of the original release
+(`embeddings.word_embeddings`, `encoder.layer.N.attention.output.dense`, `pooler.dense`, ...).
+`mappings/bertconv.toml` relates these names to the official ones.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import BertConfig
+
+# One function for each name config.ACTIVATIONS accepts.
+ACTIVATION_FNS = {
+    "gelu": F.gelu,  # the exact, erf-based GELU of the original release
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+class LayerNorm(nn.Module):
+    """Normalise over the hidden features, then scale by gamma and shift by beta."""
+
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(hidden_size))
+        self.beta = nn.Parameter(torch.zeros(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.gamma.shape, self.gamma, self.beta, self.eps)
+
+
+class Embeddings(nn.Module):
+    """Token + position + segment embeddings, summed and normalised."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (T,)
+        # Summed in transformers' order, so that float rounding matches it too.
+        x = (
+            self.word_embeddings(input_ids)
+            + self.token_type_embeddings(token_type_ids)
+            + self.position_embeddings(positions)
+        )
+        return self.dropout(self.LayerNorm(x))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head scaled dot-product attention: softmax(Q K^T / sqrt(head_dim)) V, per head."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.Wq = nn.Linear(config.hidden_size, config.hidden_size)
+        self.Wk = nn.Linear(config.hidden_size, config.hidden_size)
+        self.Wv = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, heads, T, head_dim)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        q, k, v = self.split_heads(self.Wq(x)), self.split_heads(self.Wk(x)), self.split_heads(self.Wv(x))
+        # key_mask (B, 1, 1, T) is True where a key may be attended to; SDPA broadcasts it.
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=key_mask, dropout_p=self.dropout_p if self.training else 0.0
+        )
+        B, _, T, _ = out.shape
+        return out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)
+
+
+class AddNorm(nn.Module):
+    """Project back to the hidden size, then the residual connection and LayerNorm ("Add & Norm")."""
+
+    def __init__(self, in_features: int, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(in_features, config.hidden_size)
+        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.self = SelfAttention(config)
+        self.output = AddNorm(config.hidden_size, config)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        return self.output(self.self(x, key_mask), x)
+
+
+class Intermediate(nn.Module):
+    """The first half of the position-wise feed-forward network, with its activation."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = ACTIVATION_FNS[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(x))
+
+
+class Layer(nn.Module):
+    """One encoder block: self-attention, then the feed-forward network, each with Add & Norm."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = Attention(config)
+        self.intermediate = Intermediate(config)
+        self.output = AddNorm(config.intermediate_size, config)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.attention(x, key_mask)
+        return self.output(self.intermediate(x), x)
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> list[torch.Tensor]:
+        hidden_states = [x]
+        for layer in self.layer:
+            hidden_states.append(layer(hidden_states[-1], key_mask))
+        return hidden_states
+
+
+class Pooler(nn.Module):
+    """tanh(W h_[CLS] + b): the sentence representation the NSP head reads."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+@dataclass
+class BertOutput:
+    last_hidden_state: torch.Tensor  # (B, T, hidden)
+    pooler_output: torch.Tensor  # (B, hidden)
+    hidden_states: tuple[torch.Tensor, ...]  # the embeddings' output, then every layer's
+
+
+class BertModel(nn.Module):
+    """The BERT encoder: embeddings, a stack of layers, and the pooler."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.encoder = Encoder(config)
+        self.pooler = Pooler(config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> BertOutput:
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        # A key-padding mask, broadcast by SDPA: no (B, heads, T, T) tensor is ever built.
+        key_mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        hidden_states = self.encoder(self.embeddings(input_ids, token_type_ids), key_mask)
+        return BertOutput(hidden_states[-1], self.pooler(hidden_states[-1]), tuple(hidden_states))
+
+
+class PredictionHeadTransform(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACTIVATION_FNS[config.hidden_act]
+        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.act(self.dense(x)))
+
+
+class MaskedLMHead(nn.Module):
+    """Predict the masked token. The decoder is the word-embedding matrix itself (weight tying),
+    so it owns only the output bias."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.transform = PredictionHeadTransform(config)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.transform(hidden), word_embeddings, self.bias)  # (B, T, vocab)
+
+
+class PreTrainingHeads(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.predictions = MaskedLMHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)  # IsNext / NotNext
+
+
+@dataclass
+class BertForPreTrainingOutput(BertOutput):
+    prediction_logits: torch.Tensor  # (B, T, vocab): masked language model
+    seq_relationship_logits: torch.Tensor  # (B, 2): next sentence prediction
+
+
+class BertForPreTraining(BertModel):
+    """BERT with its two pre-training heads. The heads sit beside the encoder (`cls.*`), so the
+    encoder's parameter names are the same with or without them."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.cls = PreTrainingHeads(config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> BertForPreTrainingOutput:
+        out = super().forward(input_ids, attention_mask, token_type_ids)
+        mlm = self.cls.predictions(out.last_hidden_state, self.embeddings.word_embeddings.weight)
+        nsp = self.cls.seq_relationship(out.pooler_output)
+        return BertForPreTrainingOutput(**vars(out), prediction_logits=mlm, seq_relationship_logits=nsp)
