@@ -58,7 +58,7 @@ def convert_checkpoint(
 
 
 def load(
-    source: str | Path,
+    source: "str | Path | Source",
     revision: str | None = None,
     heads: bool | None = None,
     from_layout: str | None = None,
@@ -73,7 +73,7 @@ def load(
 
     from .model import BertForPreTraining, BertModel
 
-    src = resolve(source, revision)
+    src = source if isinstance(source, Source) else resolve(source, revision)
     ckpt = read_checkpoint(src.path, from_layout)
     result = convert(ckpt.state_dict, ckpt.config, ckpt.layout, "bertconv", heads, str(src.path))
     cls = BertForPreTraining if result.heads else BertModel

@@ -51,7 +51,8 @@ def weight_files(directory: Path) -> list[Path]:
         if path.is_file():
             return _shards(path) if name.endswith(".index.json") else [path]
     raise NotFoundError(
-        f"{directory}: no weights found; a checkpoint directory holds one of {', '.join(WEIGHT_FILES)}"
+        f"{directory}: no weights found; a checkpoint directory holds one of "
+        + ", ".join(WEIGHT_FILES)
     )
 
 
@@ -71,7 +72,9 @@ def read_tensors(files: list[Path]) -> tuple[dict, dict[str, str]]:
     """All tensors of the files, and the first file's safetensors metadata."""
     state_dict, metadata = {}, {}
     for path in files:
-        tensors, meta = _read_safetensors(path) if path.suffix == ".safetensors" else _read_bin(path)
+        tensors, meta = (
+            _read_safetensors(path) if path.suffix == ".safetensors" else _read_bin(path)
+        )
         clash = state_dict.keys() & tensors.keys()
         if clash:
             raise CheckpointError(f"{path}: repeats tensors of another shard: {sorted(clash)[:5]}")
@@ -88,8 +91,8 @@ def _read_safetensors(path: Path) -> tuple[dict, dict[str, str]]:
             return {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}  # noqa: SIM118
     except (SafetensorError, OSError) as e:
         raise CheckpointError(
-            f"{path}: not a readable safetensors file ({e}). If it is a few hundred bytes, it may be "
-            "a Git LFS pointer or an HTML page saved in place of the weights: download it again."
+            f"{path}: not a readable safetensors file ({e}). If it is a few hundred bytes, it may "
+            "be a Git LFS pointer or an HTML page saved in place of the weights: download it again."
         ) from e
 
 
@@ -145,6 +148,7 @@ def write_checkpoint(
         _stage(staged, out / "config.json").write_text(config_json)
         weights = _stage(staged, out / "model.safetensors")
         save_file(state_dict, weights, metadata={"format": "pt", **metadata})
+        weights.chmod(0o666 & ~_umask())  # save_file creates it private; give it a normal mode
         for tmp, final in staged:
             os.replace(tmp, final)
     except OSError as e:
@@ -163,3 +167,9 @@ def _stage(staged: list[tuple[Path, Path]], final: Path) -> Path:
     tmp = final.with_name(f".{final.name}.{os.getpid()}.partial")
     staged.append((tmp, final))
     return tmp
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -46,7 +46,9 @@ class BertConfig:
             if key in d and d[key] != want
         ]
         if d.get("hidden_act", "gelu") not in ACTIVATIONS:
-            problems.append(f"hidden_act={d['hidden_act']!r} is not supported (one of {ACTIVATIONS})")
+            problems.append(
+                f"hidden_act={d['hidden_act']!r} is not supported (one of {ACTIVATIONS})"
+            )
         known = {f.name for f in fields(cls)}
         config = cls(**{k: v for k, v in d.items() if k in known and v is not None})
         if config.hidden_size % config.num_attention_heads:

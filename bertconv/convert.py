@@ -129,7 +129,9 @@ def convert(
     official = to_official(state_dict, config, src, source)
     head_tensors = [n for n in head_names(config) if n in official]
     if heads and not head_tensors:
-        raise CheckpointError(f"{source}: has no pre-training heads (cls.*), and heads were asked for")
+        raise CheckpointError(
+            f"{source}: has no pre-training heads (cls.*), and heads were asked for"
+        )
     if heads and not dst.has_heads(config):
         raise CheckpointError(f"{source}: the {to_layout!r} layout has no pre-training heads")
     keep_heads = heads is not False and dst.has_heads(config)

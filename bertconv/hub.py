@@ -29,7 +29,9 @@ def files_to_fetch(repo_files: list[str]) -> list[str]:
             present = [f for f in ("config.json", *TOKENIZER_FILES) if f in repo_files]
             return present + patterns
     raise NotFoundError(
-        f"the repository has no weights bertconv can read (looked for {', '.join(w for w, _ in WEIGHTS)})"
+        "the repository has no weights bertconv can read (looked for "
+        + ", ".join(marker for marker, _ in WEIGHTS)
+        + ")"
     )
 
 
@@ -67,6 +69,8 @@ def _hub_errors(model_id: str, revision: str | None):
     except errors.RevisionNotFoundError as e:
         raise NotFoundError(f"{what}: no such branch, tag or commit") from e
     except (errors.LocalEntryNotFoundError, httpx.TransportError) as e:
-        raise HubError(f"{what}: the Hub cannot be reached ({e}) and no cached copy was found") from e
+        raise HubError(
+            f"{what}: the Hub cannot be reached ({e}) and no cached copy was found"
+        ) from e
     except errors.HfHubHTTPError as e:
         raise HubError(f"{what}: the Hub refused the download ({e})") from e

@@ -23,6 +23,7 @@ ACTIVATION_FNS = {
     "relu": F.relu,
 }
 
+
 class LayerNorm(nn.Module):
     """Normalise over the hidden features, then scale by gamma and shift by beta."""
 
@@ -72,10 +73,16 @@ class SelfAttention(nn.Module):
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, heads, T, head_dim)
+        return x.view(B, T, self.num_heads, self.head_dim).transpose(
+            1, 2
+        )  # (B, heads, T, head_dim)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
-        q, k, v = self.split_heads(self.Wq(x)), self.split_heads(self.Wk(x)), self.split_heads(self.Wv(x))
+        q, k, v = (
+            self.split_heads(self.Wq(x)),
+            self.split_heads(self.Wk(x)),
+            self.split_heads(self.Wv(x)),
+        )
         # key_mask (B, 1, 1, T) is True where a key may be attended to; SDPA broadcasts it.
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=key_mask, dropout_p=self.dropout_p if self.training else 0.0
@@ -85,7 +92,7 @@ class SelfAttention(nn.Module):
 
 
 class AddNorm(nn.Module):
-    """Project back to the hidden size, then the residual connection and LayerNorm ("Add & Norm")."""
+    """Project back to the hidden size, add the residual, normalise: "Add & Norm"."""
 
     def __init__(self, in_features: int, config: BertConfig):
         super().__init__()
@@ -241,4 +248,6 @@ class BertForPreTraining(BertModel):
         out = super().forward(input_ids, attention_mask, token_type_ids)
         mlm = self.cls.predictions(out.last_hidden_state, self.embeddings.word_embeddings.weight)
         nsp = self.cls.seq_relationship(out.pooler_output)
-        return BertForPreTrainingOutput(**vars(out), prediction_logits=mlm, seq_relationship_logits=nsp)
+        return BertForPreTrainingOutput(
+            **vars(out), prediction_logits=mlm, seq_relationship_logits=nsp
+        )

@@ -47,18 +47,20 @@ from torch import Tensor, dtype
 
 
 class BertConfig(object):
-    def __init__(self,
-                vocab_size,
-                hidden_size=768,
-                num_hidden_layers=12,
-                num_attention_heads=12,
-                intermediate_size=3072,
-                hidden_act="gelu",
-                hidden_dropout_prob=0.1,
-                attention_probs_dropout_prob=0.1,
-                max_position_embeddings=512,
-                type_vocab_size=16,
-                initializer_range=0.02):
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+        max_position_embeddings=512,
+        type_vocab_size=16,
+        initializer_range=0.02,
+    ):
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.num_hidden_layers = num_hidden_layers
@@ -71,9 +73,9 @@ class BertConfig(object):
         self.type_vocab_size = type_vocab_size
         self.initializer_range = initializer_range
 
-    #----------------------------------------------------------#
-    #-- Configuration을 [dictionary] 형태로 받은 뒤 Setting하기 --#
-    #----------------------------------------------------------#
+    # ----------------------------------------------------------#
+    # -- Configuration을 [dictionary] 형태로 받은 뒤 Setting하기 --#
+    # ----------------------------------------------------------#
 
     ## [ Dictionary ] 형태
     @classmethod
@@ -81,7 +83,7 @@ class BertConfig(object):
 
         config = BertConfig(vocab_size=None)
         # deviation: six.iteritems(json_object) -> json_object.items() (no `six` dependency on Python 3)
-        for (key, value) in json_object.items():
+        for key, value in json_object.items():
             config.__dict__[key] = value
         return config
 
@@ -342,7 +344,7 @@ class MinbertConfig(object):
         layer_norm_eps=1e-12,
         pad_token_id=0,
         name_or_path="",
-        **kwargs
+        **kwargs,
     ):
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
@@ -412,7 +414,7 @@ class MinbertPreTrainedModel(nn.Module):
         self.apply(self._init_weights)
 
     def _init_weights(self, module):
-        """ Initialize the weights """
+        """Initialize the weights"""
         if isinstance(module, (nn.Linear, nn.Embedding)):
             # Slightly different from the TF version which uses truncated_normal for initialization
             # cf https://github.com/pytorch/pytorch/pull/5617
@@ -457,15 +459,17 @@ class MinbertSelfAttention(nn.Module):
         return proj
 
     def attention(self, key, query, value, attention_mask):
-        d_k=query.size(-1)
-        scores=torch.matmul(query,key.transpose(-2,-1)/math.sqrt(d_k))
+        d_k = query.size(-1)
+        scores = torch.matmul(query, key.transpose(-2, -1) / math.sqrt(d_k))
         if attention_mask is not None:
-            scores+=attention_mask
-        attention_probs=F.softmax(scores,dim=-1)
+            scores += attention_mask
+        attention_probs = F.softmax(scores, dim=-1)
         attention_probs = self.dropout(attention_probs)
-        output= torch.matmul(attention_probs,value)
+        output = torch.matmul(attention_probs, value)
         batch_size, num_heads, seq_len, head_size = output.size()
-        output = output.transpose(1, 2).contiguous().view(batch_size, seq_len, num_heads * head_size)
+        output = (
+            output.transpose(1, 2).contiguous().view(batch_size, seq_len, num_heads * head_size)
+        )
         return output
 
     def forward(self, hidden_states, attention_mask):
@@ -474,10 +478,10 @@ class MinbertSelfAttention(nn.Module):
         attention_mask: [bs, 1, 1, seq_len]
         output: [bs, seq_len, hidden_state]
         """
-        query=self.transform(hidden_states,self.query)
-        key=self.transform(hidden_states,self.key)
-        value=self.transform(hidden_states,self.value)
-        output=self.attention(key,query, value, attention_mask)
+        query = self.transform(hidden_states, self.query)
+        key = self.transform(hidden_states, self.key)
+        value = self.transform(hidden_states, self.value)
+        output = self.attention(key, query, value, attention_mask)
         return output
 
 
@@ -498,27 +502,27 @@ class MinbertLayer(nn.Module):
         self.out_dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def add_norm(self, input, output, dense_layer, dropout, ln_layer):
-        sublayer_output=dense_layer(output)
-        sublayer_output=dropout(sublayer_output)
-        final_norm= ln_layer(input+sublayer_output)
+        sublayer_output = dense_layer(output)
+        sublayer_output = dropout(sublayer_output)
+        final_norm = ln_layer(input + sublayer_output)
         return final_norm
 
     def forward(self, hidden_states, attention_mask):
-        attention_output=self.self_attention(hidden_states, attention_mask)
-        add_norm_attention_output=self.add_norm(
+        attention_output = self.self_attention(hidden_states, attention_mask)
+        add_norm_attention_output = self.add_norm(
             hidden_states,
             attention_output,
             self.attention_dense,
             self.attention_dropout,
-            self.attention_layer_norm
+            self.attention_layer_norm,
         )
         feed_forward_layer = self.interm_af(self.interm_dense(add_norm_attention_output))
-        fc_output=self.add_norm(
+        fc_output = self.add_norm(
             add_norm_attention_output,
             feed_forward_layer,
             self.out_dense,
             self.out_dropout,
-            self.out_layer_norm
+            self.out_layer_norm,
         )
         return fc_output
 
@@ -528,16 +532,20 @@ class MinbertModel(MinbertPreTrainedModel):
         super().__init__(config)
         self.config = config
         # embedding
-        self.word_embedding = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.word_embedding = nn.Embedding(
+            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
+        )
         self.pos_embedding = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.tk_type_embedding = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.embed_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.embed_dropout = nn.Dropout(config.hidden_dropout_prob)
         # position_ids (1, len position emb) is a constant, register to buffer
         position_ids = torch.arange(config.max_position_embeddings).unsqueeze(0)
-        self.register_buffer('position_ids', position_ids)
+        self.register_buffer("position_ids", position_ids)
         # bert encoder
-        self.bert_layers = nn.ModuleList([MinbertLayer(config) for _ in range(config.num_hidden_layers)])
+        self.bert_layers = nn.ModuleList(
+            [MinbertLayer(config) for _ in range(config.num_hidden_layers)]
+        )
         # for [CLS] token
         self.pooler_dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.pooler_af = nn.Tanh()
@@ -562,7 +570,9 @@ class MinbertModel(MinbertPreTrainedModel):
         return embeds
 
     def encode(self, hidden_states, attention_mask):
-        extended_attention_mask: torch.Tensor = get_extended_attention_mask(attention_mask, self.dtype)
+        extended_attention_mask: torch.Tensor = get_extended_attention_mask(
+            attention_mask, self.dtype
+        )
         # pass the hidden states through the encoder layers
         for i, layer_module in enumerate(self.bert_layers):
             # feed the encoding from the last bert_layer to the next
@@ -578,4 +588,4 @@ class MinbertModel(MinbertPreTrainedModel):
         first_tk = sequence_output[:, 0]
         first_tk = self.pooler_dense(first_tk)
         first_tk = self.pooler_af(first_tk)
-        return {'last_hidden_state': sequence_output, 'pooler_output': first_tk}
+        return {"last_hidden_state": sequence_output, "pooler_output": first_tk}

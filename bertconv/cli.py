@@ -1,0 +1,181 @@
+"""The `bertconv` command. Heavy imports (torch, transformers) happen inside the commands, so that
+`bertconv --help` stays instant. Errors become one message on stderr and an exit code, here only."""
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .errors import BertconvError, UsageError
+
+app = typer.Typer(
+    add_completion=False,
+    rich_markup_mode="markdown",
+    no_args_is_help=True,
+    help="Bring official pretrained BERT weights into from-scratch BERT code, and prove that they "
+    "compute the same thing. Exit codes: 0 ok, 1 verify found a difference, 2 usage, 3 not found, "
+    "4 bad checkpoint, 5 Hub unreachable or refused, 6 missing extra, 7 output not writable.",
+)
+
+Layout = Annotated[
+    str, typer.Option("--to", help="Layout to write (`bertconv layouts` lists them).")
+]
+Out = Annotated[
+    Path | None,
+    typer.Option(help="Output directory [default: ./NAME-LAYOUT]. Files in it are replaced whole."),
+]
+Revision = Annotated[
+    str | None, typer.Option(help="Branch, tag or commit on the Hub [default: main].")
+]
+FromLayout = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        help="Layout SOURCE is in [default: what bertconv recorded in it, else transformers'].",
+    ),
+]
+Heads = Annotated[
+    bool | None,
+    typer.Option(
+        "--heads/--no-heads",
+        help="Keep or leave out the pre-training heads (cls.*) [default: keep them where the "
+        "layout has a place for them].",
+    ),
+]
+
+
+def say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@app.command()
+def layouts() -> None:
+    """List the layouts, the parameter-naming schemes bertconv converts between."""
+    from .mapping import describe_layouts
+
+    for name, description in describe_layouts():
+        typer.echo(f"{name:14s} {description}")
+
+
+@app.command()
+def convert(
+    source: Annotated[str, typer.Argument(help="Checkpoint directory, or a Hub model id.")],
+    to: Layout = "bertconv",
+    out: Out = None,
+    revision: Revision = None,
+    from_layout: FromLayout = None,
+    heads: Heads = None,
+) -> None:
+    """Convert a checkpoint into another layout's names.
+
+    Writes OUT/model.safetensors, OUT/config.json and the tokenizer files.
+
+    SOURCE is a local directory (config.json with model.safetensors, sharded safetensors, or
+    pytorch_model.bin, read with weights_only=True) or a Hub model id, fetched with
+    huggingface_hub. The source and its revision are recorded in the safetensors metadata.
+    Nothing is half-written: files are written aside and renamed into place."""
+    from .api import resolve
+
+    _convert(resolve(source, revision), to, out, from_layout, heads)
+
+
+@app.command()
+def fetch(
+    model_id: Annotated[str, typer.Argument(help="Hub model id, e.g. bert-base-uncased.")],
+    revision: Revision = None,
+    to: Layout = "bertconv",
+    out: Out = None,
+    heads: Heads = None,
+) -> None:
+    """Download a checkpoint from the Hugging Face Hub and convert it.
+
+    Only config.json, the tokenizer files and one form of the weights are downloaded
+    (model.safetensors, else its shards, else pytorch_model.bin read with weights_only=True),
+    into huggingface_hub's cache. HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE are honoured."""
+    from .api import Source
+    from .hub import download, is_repo_id
+
+    if not is_repo_id(model_id):
+        raise UsageError(
+            f"{model_id!r} is not a Hub model id (org/name); for a directory use `convert`"
+        )
+    path, commit = download(model_id, revision)
+    say(f"fetched {model_id} at commit {commit}")
+    _convert(Source(model_id, path, commit), to, out, None, heads)
+
+
+def _convert(src, to: str, out: Path | None, from_layout: str | None, heads: bool | None) -> None:
+    from .api import convert_checkpoint
+    from .mapping import layout_names
+
+    if to not in layout_names():
+        raise UsageError(f"--to {to!r}: no such layout; one of {', '.join(layout_names())}")
+    out = out or Path(f"{Path(src.name).name}-{to}")
+    _, result, written = convert_checkpoint(src, out, to, from_layout, heads)
+    if result.dropped_heads:
+        why = "as asked" if heads is False else f"the {to!r} layout has no place for them"
+        say(f"left out the pre-training heads ({len(result.dropped_heads)} tensors): {why}")
+    say(f"wrote {len(result.state_dict)} tensors in the {to!r} layout to {out}")
+    for path in written:
+        typer.echo(path)
+
+
+@app.command()
+def verify(
+    source: Annotated[
+        str, typer.Argument(help="Checkpoint directory (official or converted), or a Hub model id.")
+    ],
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+    revision: Revision = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Prove parity with transformers, layer by layer.
+
+    Runs bertconv's model and transformers' on the same weights and inputs, and compares every
+    layer's hidden states (real tokens only), the pooler, and the MLM and NSP logits where the
+    checkpoint has heads.
+
+    Inputs: text through the checkpoint's own tokenizer (padded, both token types) and a batch
+    of random ids. Tolerance: in float32, max abs difference <= 1e-5 (TF32 off); in bfloat16 and
+    float16, our error against transformers-in-float32 at most twice transformers' own error in
+    that dtype. Exits 0 within tolerance, 1 otherwise. Needs the `verify` extra (transformers)."""
+    from .verify import verify as run_verify
+
+    report = run_verify(source, device, dtype, revision)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        typer.echo(format_report(report))
+    raise typer.Exit(0 if report.passed else 1)
+
+
+def format_report(report) -> str:
+    low = report.dtype != "float32"
+    head = f"{'':12s} {'max abs':>10s} {'mean abs':>10s} {'limit':>10s}"
+    head += f" {'transformers':>13s}" if low else ""
+    lines = [
+        f"parity of {report.source} on {report.device}, {report.dtype}; inputs: "
+        + ", ".join(report.inputs),
+        head + "  ok",
+    ]
+    for row in report.rows:
+        line = f"{row.name:12s} {row.max_abs:10.2e} {row.mean_abs:10.2e} {row.limit:10.2e}"
+        line += f" {row.reference_max_abs:13.2e}" if low else ""
+        lines.append(line + ("  ok" if row.passed else "  FAIL"))
+    lines.append("PASSED" if report.passed else "FAILED: outside tolerance")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Run the command line; a BertconvError becomes its message on stderr and its exit code."""
+    try:
+        app()
+    except BertconvError as e:
+        say(f"bertconv: error: {e}")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        say("bertconv: interrupted")
+        sys.exit(130)

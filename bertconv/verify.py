@@ -1,0 +1,222 @@
+"""Parity: bertconv's model against transformers' on the same weights and inputs, layer by layer.
+
+Tolerances, stated once:
+- float32: every compared value within FLOAT32_MAX_ABS of transformers' (TF32 off on GPU).
+- bfloat16, float16: our error against transformers-in-float32 at most LOW_PRECISION_FACTOR times
+  transformers' own error in that dtype, row by row.
+Only real (non-padded) positions are compared: padding positions carry no meaning.
+"""
+
+import json
+import tempfile
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .api import Source, convert_checkpoint, load, resolve
+from .checkpoint import read_checkpoint
+from .config import BertConfig
+from .errors import CheckpointError, MissingDependencyError, UsageError
+from .mapping import OFFICIAL
+from .model import BertForPreTraining, BertModel
+
+FLOAT32_MAX_ABS = 1e-5
+LOW_PRECISION_FACTOR = 2.0
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# Real text for the checkpoint's own tokenizer: single sentences and pairs (token types 0 and 1),
+# of different lengths so that the batch is padded.
+TEXTS = [
+    ("The quick brown fox jumps over the lazy dog.", None),
+    ("Where did you put the keys?", "They are on the kitchen table, next to the bread."),
+    ("BERT reads a sentence in both directions at once.", None),
+    ("I went to the bank", "to deposit my paycheck before the river flooded the town."),
+]
+RANDOM_BATCH, RANDOM_LENGTH, SEED = 4, 48, 0
+
+
+@dataclass
+class Row:
+    name: str
+    max_abs: float
+    mean_abs: float
+    limit: float
+    reference_max_abs: float | None = None  # transformers' own error, in bfloat16/float16
+
+    @property
+    def passed(self) -> bool:
+        return self.max_abs <= self.limit  # NaN never passes
+
+
+@dataclass
+class Report:
+    source: str
+    device: str
+    dtype: str
+    inputs: list[str]
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(row.passed for row in self.rows)
+
+    def to_dict(self) -> dict:
+        rows = [asdict(r) | {"passed": r.passed} for r in self.rows]
+        return asdict(self) | {"rows": rows, "passed": self.passed}
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise MissingDependencyError(
+            "verify needs transformers: pip install 'bertconv[verify]'"
+        ) from None
+    transformers.logging.disable_progress_bar()  # the report is the output
+    return transformers
+
+
+def pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch sees no CUDA device here; use --device cpu")
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"--device {device!r}: one of auto, cpu, cuda")
+    return torch.device(device)
+
+
+def reference_model(src: Source, heads: bool):
+    """transformers' own model, read by transformers from the checkpoint itself: an independent
+    reading of the file. A directory bertconv converted into another layout is first written back
+    in the official names, which transformers then reads."""
+    transformers = _transformers()
+    cls = transformers.BertForPreTraining if heads else transformers.BertModel
+    with tempfile.TemporaryDirectory(prefix="bertconv-verify-") as tmp:
+        path = src.path
+        if read_checkpoint(src.path).layout != OFFICIAL:
+            path = Path(tmp)
+            convert_checkpoint(src, path, to_layout=OFFICIAL, heads=heads)
+        model, info = cls.from_pretrained(
+            path, attn_implementation="sdpa", dtype=torch.float32, output_loading_info=True
+        )
+    unread = {k: v for k, v in info.items() if k != "error_msgs" and v}
+    if unread:
+        raise CheckpointError(f"{src.path}: transformers could not read all of it: {unread}")
+    return model.eval()
+
+
+def tokenizer_batch(path: Path, config: BertConfig) -> dict[str, torch.Tensor] | None:
+    """TEXTS through the checkpoint's own tokenizer, padded; None where it ships none."""
+    from tokenizers import Tokenizer
+    from tokenizers.implementations import BertWordPieceTokenizer
+
+    if (path / "tokenizer.json").is_file():
+        tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+    elif (path / "vocab.txt").is_file():
+        tok = BertWordPieceTokenizer(str(path / "vocab.txt"), lowercase=_lowercase(path))
+    else:
+        return None
+    tok.enable_padding(pad_id=config.pad_token_id)
+    tok.enable_truncation(config.max_position_embeddings)
+    encodings = tok.encode_batch([a if b is None else (a, b) for a, b in TEXTS])
+    return {
+        "input_ids": torch.tensor([e.ids for e in encodings]),
+        "attention_mask": torch.tensor([e.attention_mask for e in encodings]),
+        "token_type_ids": torch.tensor([e.type_ids for e in encodings]),
+    }
+
+
+def _lowercase(path: Path) -> bool:
+    config = path / "tokenizer_config.json"
+    return json.loads(config.read_text()).get("do_lower_case", True) if config.is_file() else True
+
+
+def random_batch(config: BertConfig) -> dict[str, torch.Tensor]:
+    """Random ids and token types, every row but the first padded to a random length."""
+    g = torch.Generator().manual_seed(SEED)
+    shape = (RANDOM_BATCH, min(RANDOM_LENGTH, config.max_position_embeddings))
+    lengths = torch.randint(2, shape[1] + 1, (shape[0],), generator=g)
+    lengths[0] = shape[1]
+    return {
+        "input_ids": torch.randint(0, config.vocab_size, shape, generator=g),
+        "attention_mask": (torch.arange(shape[1]) < lengths[:, None]).long(),
+        "token_type_ids": torch.randint(0, config.type_vocab_size, shape, generator=g),
+    }
+
+
+def verify(source: str, device: str = "auto", dtype: str = "float32", revision: str | None = None):
+    """Run bertconv's model and transformers' on the same inputs and compare every layer."""
+    _transformers()
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
+    dev = pick_device(device)
+    src = resolve(source, revision)
+    ours = load(src)
+    reference = reference_model(src, heads=isinstance(ours, BertForPreTraining))
+    batches = {"random ids": random_batch(ours.config)}
+    text = tokenizer_batch(src.path, ours.config)
+    if text is not None:
+        batches = {"tokenized text": text} | batches
+    report = Report(src.name, str(dev), dtype, list(batches))
+    with _no_tf32():
+        expected = run(reference, batches.values(), dev, torch.float32)
+        if dtype == "float32":
+            got = run(ours, batches.values(), dev, torch.float32)
+            report.rows = [_row(k, got[k], expected[k], FLOAT32_MAX_ABS) for k in expected]
+        else:
+            theirs = run(reference, batches.values(), dev, DTYPES[dtype])
+            got = run(ours, batches.values(), dev, DTYPES[dtype])
+            for k in expected:
+                own = (theirs[k] - expected[k]).abs().max().item()
+                report.rows.append(_row(k, got[k], expected[k], LOW_PRECISION_FACTOR * own, own))
+    return report
+
+
+def _row(name, got, expected, limit, reference_max_abs=None) -> Row:
+    diff = (got - expected).abs()
+    return Row(name, diff.max().item(), diff.mean().item(), limit, reference_max_abs)
+
+
+def run(model, batches, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The compared outputs of `model` over all batches, in float32 on the CPU."""
+    model.to(device=device, dtype=dtype)
+    per_batch = [_outputs(model, {k: v.to(device) for k, v in b.items()}) for b in batches]
+    return {k: torch.cat([p[k] for p in per_batch]) for k in per_batch[0]}
+
+
+def _outputs(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One forward pass: hidden states and MLM logits at real positions, the pooler, NSP logits.
+    Works for both models: transformers' BertForPreTraining does not return its pooler output,
+    so a hook on the pooler catches it."""
+    pooler = model.pooler if hasattr(model, "pooler") else model.bert.pooler
+    pooled = []
+    hook = pooler.register_forward_hook(lambda module, args, out: pooled.append(out))
+    try:
+        with torch.inference_mode():
+            out = model(
+                **batch, **({} if isinstance(model, BertModel) else {"output_hidden_states": True})
+            )
+    finally:
+        hook.remove()
+    real = batch["attention_mask"].bool()
+    named = {"embeddings": out.hidden_states[0][real]}
+    named |= {f"layer {i}": h[real] for i, h in enumerate(out.hidden_states[1:], 1)}
+    named["pooler"] = pooled[0]
+    if hasattr(out, "prediction_logits"):
+        named["mlm logits"] = out.prediction_logits[real]
+        named["nsp logits"] = out.seq_relationship_logits
+    return {k: v.float().cpu() for k, v in named.items()}
+
+
+@contextmanager
+def _no_tf32():
+    """float32 means float32: TF32 matmuls would add ~1e-3 of error on Ampere and later GPUs."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

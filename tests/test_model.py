@@ -1,0 +1,121 @@
+"""bertconv's model against transformers' on the same weights: every variant of checkpoint,
+every layer, the pooler and both heads."""
+
+import pytest
+import torch
+
+import bertconv
+from bertconv.config import ACTIVATIONS, BertConfig
+from bertconv.errors import CheckpointError
+from bertconv.model import ACTIVATION_FNS
+from bertconv.verify import FLOAT32_MAX_ABS
+from conftest import TINY, VARIANTS
+
+
+def transformers_outputs(reference, batch, heads: bool):
+    with torch.no_grad():
+        base = reference.bert(**batch, output_hidden_states=True)
+        full = reference(**batch)
+    out = {f"hidden {i}": h for i, h in enumerate(base.hidden_states)}
+    out["pooler"] = base.pooler_output
+    if heads:
+        out["mlm"] = full.prediction_logits
+        out["nsp"] = full.seq_relationship_logits
+    return out
+
+
+def bertconv_outputs(model, batch):
+    with torch.no_grad():
+        result = model(**batch)
+    out = {f"hidden {i}": h for i, h in enumerate(result.hidden_states)}
+    out["pooler"] = result.pooler_output
+    if hasattr(result, "prediction_logits"):
+        out["mlm"] = result.prediction_logits
+        out["nsp"] = result.seq_relationship_logits
+    return out
+
+
+def max_differences(ours: dict, theirs: dict, mask: torch.Tensor) -> dict[str, float]:
+    assert ours.keys() == theirs.keys()
+    real = mask.bool()
+    per_token = lambda k: k.startswith("hidden") or k == "mlm"  # noqa: E731
+    return {
+        k: (ours[k][real] - theirs[k][real]).abs().max().item()
+        if per_token(k)
+        else (ours[k] - theirs[k]).abs().max().item()
+        for k in ours
+    }
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_checkpoint_variant_computes_what_transformers_computes(
+    variant, checkpoints, reference, batch
+):
+    model = bertconv.load(checkpoints[variant])
+    heads = variant != "base"
+    assert type(model) is (bertconv.BertForPreTraining if heads else bertconv.BertModel)
+    assert not model.training
+    diffs = max_differences(
+        bertconv_outputs(model, batch),
+        transformers_outputs(reference, batch, heads),
+        batch["attention_mask"],
+    )
+    assert len(diffs) == TINY["num_hidden_layers"] + 2 + (2 if heads else 0)
+    assert max(diffs.values()) <= FLOAT32_MAX_ABS, diffs
+
+
+def test_load_without_heads_gives_the_encoder(checkpoints):
+    model = bertconv.load(checkpoints["pretraining"], heads=False)
+    assert type(model) is bertconv.BertModel
+
+
+def test_every_parameter_comes_from_the_file(checkpoints, reference):
+    model = bertconv.load(checkpoints["legacy"])
+    expected = reference.state_dict()
+    params = dict(model.named_parameters())
+    assert all(p.device.type == "cpu" and p.requires_grad for p in params.values())
+    assert torch.equal(
+        params["encoder.layer.1.attention.self.Wk.weight"],
+        expected["bert.encoder.layer.1.attention.self.key.weight"],
+    )
+    assert torch.equal(
+        params["embeddings.LayerNorm.gamma"], expected["bert.embeddings.LayerNorm.weight"]
+    )
+    # The MLM decoder is the word-embedding matrix itself, not a copy.
+    assert "cls.predictions.decoder.weight" not in params
+
+
+def test_the_model_trains(checkpoints, batch):
+    model = bertconv.load(checkpoints["pretraining"]).train()
+    out = model(**batch)
+    loss = out.prediction_logits.logsumexp(-1).mean() + out.seq_relationship_logits.sum()
+    loss.backward()
+    assert model.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        (
+            "position_embedding_type",
+            "relative_key",
+            "position_embedding_type='relative_key' is not supported",
+        ),
+        ("hidden_act", "swish", "hidden_act='swish' is not supported"),
+        ("is_decoder", True, "is_decoder=True is not supported"),
+        ("model_type", "roberta", "model_type='roberta' is not supported"),
+        ("num_attention_heads", 5, "hidden_size=32 is not a multiple of num_attention_heads=5"),
+    ],
+)
+def test_config_refuses_what_the_model_does_not_implement(field, value, message):
+    with pytest.raises(CheckpointError, match=message):
+        BertConfig.from_dict({**TINY, field: value}, source="some/config.json")
+
+
+def test_config_keeps_known_fields_and_leaves_metadata_out():
+    config = BertConfig.from_dict({**TINY, "architectures": ["BertModel"], "dtype": "float32"})
+    assert config.hidden_size == 32 and config.layer_norm_eps == 1e-12
+
+
+def test_every_accepted_activation_has_a_function():
+    assert set(ACTIVATION_FNS) == set(ACTIVATIONS)
