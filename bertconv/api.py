@@ -13,7 +13,7 @@ from .checkpoint import (
     write_checkpoint,
 )
 from .convert import Conversion, convert
-from .errors import NotFoundError
+from .errors import BertconvError, NotFoundError
 from .hub import download, is_repo_id
 
 
@@ -34,7 +34,11 @@ def resolve(source: str | Path, revision: str | None = None) -> Source:
         return Source(str(source), path)
     if isinstance(source, Path) or not is_repo_id(str(source)):
         raise NotFoundError(f"{source}: no such directory, and not a Hub model id (org/name)")
-    snapshot, commit = download(str(source), revision)
+    try:
+        snapshot, commit = download(str(source), revision)
+    except BertconvError as e:
+        reason = str(e).removeprefix(f"{source}: ")
+        raise type(e)(f"{source}: not a local directory, and as a Hub model id: {reason}") from e
     return Source(str(source), snapshot, commit)
 
 

@@ -155,7 +155,7 @@ def verify(
 def format_report(report) -> str:
     low = report.dtype != "float32"
     head = f"{'':12s} {'max abs':>10s} {'mean abs':>10s} {'limit':>10s}"
-    head += f" {'transformers':>13s}" if low else ""
+    head += f" {'their error':>13s}" if low else ""
     lines = [
         f"parity of {report.source} on {report.device}, {report.dtype}; inputs: "
         + ", ".join(report.inputs),

@@ -1,8 +1,9 @@
 """Downloads from the Hugging Face Hub, through huggingface_hub (which honours HF_ENDPOINT,
 HF_TOKEN, HF_HOME and HF_HUB_OFFLINE). Only the files conversion needs are fetched."""
 
+import importlib
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from .checkpoint import TOKENIZER_FILES
@@ -51,7 +52,6 @@ def download(model_id: str, revision: str | None = None) -> tuple[Path, str]:
 @contextmanager
 def _hub_errors(model_id: str, revision: str | None):
     """Turn huggingface_hub's and httpx's exceptions into bertconv's, each saying what to do."""
-    import httpx
     from huggingface_hub import errors
 
     what = model_id + (f" at revision {revision!r}" if revision else "")
@@ -68,9 +68,18 @@ def _hub_errors(model_id: str, revision: str | None):
         ) from e
     except errors.RevisionNotFoundError as e:
         raise NotFoundError(f"{what}: no such branch, tag or commit") from e
-    except (errors.LocalEntryNotFoundError, httpx.TransportError) as e:
+    except (errors.LocalEntryNotFoundError, *_transport_errors()) as e:
         raise HubError(
             f"{what}: the Hub cannot be reached ({e}) and no cached copy was found"
         ) from e
     except errors.HfHubHTTPError as e:
         raise HubError(f"{what}: the Hub refused the download ({e})") from e
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """Connection failures: huggingface_hub 1.x raises httpx's, 2.x those of its fork httpx2."""
+    found = []
+    for name in ("httpx", "httpx2"):
+        with suppress(ImportError):
+            found.append(importlib.import_module(name).TransportError)
+    return tuple(found)

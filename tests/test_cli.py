@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -144,3 +145,36 @@ def test_bad_checkpoint_exits_4_naming_the_tensor(checkpoints, tmp_path):
         "missing tensors (1): pooler.dense.bias" in done.stderr and "Traceback" not in done.stderr
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_plain_install_finds_the_mapping_tables(tmp_path):
+    """`pip install .`, not only -e: the tables must ship inside the package."""
+    root = Path(__file__).parent.parent
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(tmp_path),
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    probe = "import bertconv.mapping as m; print(m.__file__); print(m.layout_names())"
+    shown = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert shown.stdout.splitlines() == [
+        str(tmp_path / "bertconv" / "mapping.py"),
+        "['bertconv', 'minbert', 'transformers']",
+    ], shown.stderr
