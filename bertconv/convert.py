@@ -56,9 +56,10 @@ class Problems:
                 "(`--from`), and that config.json matches it."
             )
         return (
-            "What to do: bertconv reads BERT's encoder and its pre-training heads; a file with "
-            "other tensors (a task head, another architecture) or fewer layers than config.json "
-            "says cannot be converted as it is."
+            "What to do: if the file is in another layout, name it with --from (`bertconv "
+            "layouts` lists them). bertconv reads BERT's encoder and its pre-training heads; a "
+            "file with other tensors (a task head, another architecture) or fewer layers than "
+            "config.json says cannot be converted as it is."
         )
 
 

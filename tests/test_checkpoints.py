@@ -10,6 +10,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+import bertconv
 import seed_models
 from bertconv.api import Source, convert_checkpoint
 from bertconv.checkpoint import LAYOUT_KEY, REVISION_KEY, SOURCE_KEY
@@ -163,3 +164,19 @@ def test_missing_pieces_are_not_found(checkpoints, tmp_path):
     )
     with pytest.raises(NotFoundError, match="no config.json"):
         convert_dir(tmp_path / "noconfig", tmp_path / "out")
+
+
+def test_a_users_own_minbert_file_loads_with_from(checkpoints, batch, tmp_path):
+    """No bertconv metadata: the layout is named by the user, and without it the error says how."""
+    model = seed_models.MinbertModel(seed_models.MinbertConfig(**TINY))
+    save_file(model.state_dict(), tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_bytes((checkpoints["base"] / "config.json").read_bytes())
+    with pytest.raises(CheckpointError, match="name it with --from"):
+        bertconv.load(tmp_path)
+    ours = bertconv.load(tmp_path, from_layout="minbert")
+    model.eval()
+    with torch.no_grad():
+        a = ours(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+        b = model(batch["input_ids"], batch["attention_mask"])["last_hidden_state"]
+    real = batch["attention_mask"].bool()
+    assert (a - b)[real].abs().max() <= FLOAT32_MAX_ABS
