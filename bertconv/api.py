@@ -4,17 +4,24 @@ bertconv's model in one call."""
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import hub
 from .checkpoint import (
+    HEADS_KEY,
     LAYOUT_KEY,
     REVISION_KEY,
     SOURCE_KEY,
     Checkpoint,
+    output_lock,
     read_checkpoint,
+    read_metadata,
     write_checkpoint,
 )
 from .convert import Conversion, convert
 from .errors import BertconvError, NotFoundError
-from .hub import download, is_repo_id
+
+
+def _quiet(message: str) -> None:
+    """The library never prints; the command line passes its own `say`."""
 
 
 @dataclass
@@ -26,20 +33,40 @@ class Source:
     revision: str | None = None
 
 
-def resolve(source: str | Path, revision: str | None = None) -> Source:
+def resolve(source: "str | Path | Source", revision: str | None = None, say=_quiet) -> Source:
     """A local checkpoint directory as it is; anything else that looks like `org/name`, from
-    the Hub."""
+    the Hub (or its cache)."""
+    if isinstance(source, Source):
+        return source
     path = Path(source).expanduser()
     if path.is_dir():
         return Source(str(source), path)
-    if isinstance(source, Path) or not is_repo_id(str(source)):
+    if isinstance(source, Path) or not hub.is_repo_id(str(source)):
         raise NotFoundError(f"{source}: no such directory, and not a Hub model id (org/name)")
     try:
-        snapshot, commit = download(str(source), revision)
+        remote = hub.locate(str(source), revision)
     except BertconvError as e:
-        reason = str(e).removeprefix(f"{source}: ")
-        raise type(e)(f"{source}: not a local directory, and as a Hub model id: {reason}") from e
-    return Source(str(source), snapshot, commit)
+        reason = str(e).removeprefix(f"{source}")
+        raise type(e)(f"{source}: not a local directory, and as a Hub model id{reason}") from e
+    return fetch_source(remote, say)
+
+
+def fetch_source(remote: hub.Remote, say=_quiet) -> Source:
+    """Download a located Hub revision (see hub.locate) and name it as a source."""
+    if remote.offline:
+        say(f"using the cached copy of {remote.model_id} at {remote.commit}: {remote.offline}")
+    return Source(remote.model_id, hub.download(remote, say), remote.commit)
+
+
+def up_to_date(out: Path, source: str, revision: str, layout: str, heads: bool | None) -> bool:
+    """Does `out` already hold `source` at `revision`, converted into `layout`?"""
+    meta = read_metadata(Path(out) / "model.safetensors")
+    wanted = {SOURCE_KEY: source, REVISION_KEY: revision, LAYOUT_KEY: layout}
+    if heads is not None:
+        wanted[HEADS_KEY] = str(heads).lower()
+    return (Path(out) / "config.json").is_file() and all(
+        meta.get(k) == v for k, v in wanted.items()
+    )
 
 
 def convert_checkpoint(
@@ -49,13 +76,38 @@ def convert_checkpoint(
     from_layout: str | None = None,
     heads: bool | None = None,
 ) -> tuple[Checkpoint, Conversion, list[Path]]:
-    """Read `src`, convert it into `to_layout` and write it to `out` (see write_checkpoint)."""
+    """Read `src`, convert it into `to_layout` and write it to `out` (see write_checkpoint).
+    Conversions into the same `out` at once take turns."""
+    with output_lock(out):
+        return _convert_into(src, out, to_layout, from_layout, heads)
+
+
+def fetch(
+    model_id: str,
+    out: Path,
+    to_layout: str = "bertconv",
+    revision: str | None = None,
+    heads: bool | None = None,
+    say=_quiet,
+) -> tuple[hub.Remote, Conversion | None]:
+    """Download a Hub model and convert it into `out`. Where `out` already holds that commit in
+    that layout, nothing is downloaded or written, and the conversion returned is None."""
+    remote = hub.locate(model_id, revision)
+    with output_lock(out):
+        if up_to_date(out, model_id, remote.commit, to_layout, heads):
+            return remote, None
+        src = fetch_source(remote, say)
+        return remote, _convert_into(src, out, to_layout, None, heads)[1]
+
+
+def _convert_into(src, out, to_layout, from_layout, heads):
     ckpt = read_checkpoint(src.path, from_layout)
     result = convert(ckpt.state_dict, ckpt.config, ckpt.layout, to_layout, heads, str(src.path))
     metadata = {
         LAYOUT_KEY: to_layout,
         SOURCE_KEY: src.name,
         REVISION_KEY: src.revision or ckpt.metadata.get(REVISION_KEY, ""),
+        HEADS_KEY: str(result.heads).lower(),
     }
     written = write_checkpoint(out, result.state_dict, ckpt.config_dict, metadata, src.path)
     return ckpt, result, written
@@ -77,7 +129,7 @@ def load(
 
     from .model import BertForPreTraining, BertModel
 
-    src = source if isinstance(source, Source) else resolve(source, revision)
+    src = resolve(source, revision)
     ckpt = read_checkpoint(src.path, from_layout)
     result = convert(ckpt.state_dict, ckpt.config, ckpt.layout, "bertconv", heads, str(src.path))
     cls = BertForPreTraining if result.heads else BertModel

@@ -6,8 +6,13 @@ model.safetensors, model.safetensors.index.json (shards), pytorch_model.bin,
 pytorch_model.bin.index.json (shards). `.bin` files are read with `weights_only=True`.
 """
 
+import hashlib
 import json
 import os
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +35,8 @@ TOKENIZER_FILES = (
 )
 # Keys of the safetensors metadata that bertconv writes.
 LAYOUT_KEY, SOURCE_KEY, REVISION_KEY = "bertconv.layout", "bertconv.source", "bertconv.revision"
+HEADS_KEY = "bertconv.heads"
+BIG = 256 << 20  # bytes: reading this much or more gets a progress bar
 
 
 @dataclass
@@ -71,16 +78,27 @@ def _shards(index: Path) -> list[Path]:
 def read_tensors(files: list[Path]) -> tuple[dict, dict[str, str]]:
     """All tensors of the files, and the first file's safetensors metadata."""
     state_dict, metadata = {}, {}
+    progress = _progress(sum(path.stat().st_size for path in files), "reading")
     for path in files:
         tensors, meta = (
             _read_safetensors(path) if path.suffix == ".safetensors" else _read_bin(path)
         )
+        progress.update(path.stat().st_size)
         clash = state_dict.keys() & tensors.keys()
         if clash:
             raise CheckpointError(f"{path}: repeats tensors of another shard: {sorted(clash)[:5]}")
         state_dict.update(tensors)
         metadata = metadata or meta
+    progress.close()
     return state_dict, metadata
+
+
+def _progress(total: int, what: str):
+    """A progress bar on stderr for files large enough to wait for; shown only on a terminal."""
+    from tqdm import tqdm
+
+    quiet = True if total < BIG else None  # None: tqdm shows it where stderr is a terminal
+    return tqdm(total=total, desc=what, unit="B", unit_scale=True, disable=quiet)
 
 
 def _read_safetensors(path: Path) -> tuple[dict, dict[str, str]]:
@@ -91,9 +109,27 @@ def _read_safetensors(path: Path) -> tuple[dict, dict[str, str]]:
             return {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}  # noqa: SIM118
     except (SafetensorError, OSError) as e:
         raise CheckpointError(
-            f"{path}: not a readable safetensors file ({e}). If it is a few hundred bytes, it may "
-            "be a Git LFS pointer or an HTML page saved in place of the weights: download it again."
+            f"{path}: not a readable safetensors file ({e}). {_diagnose(path)}"
         ) from e
+
+
+def _diagnose(path: Path) -> str:
+    """What a file that should hold weights holds instead, and what to do about it."""
+    try:
+        head = path.read_bytes()[:512].lstrip().lower()
+    except OSError:
+        return "It cannot be read."
+    if head.startswith(b"version https://git-lfs"):
+        return (
+            "It is a Git LFS pointer, saved in place of the weights: the repository was cloned "
+            "without Git LFS. Run `git lfs pull` there, or fetch the model with `bertconv fetch`."
+        )
+    if head.startswith((b"<!doctype html", b"<html")):
+        return (
+            "It is an HTML page (an error or login page?) saved in place of the weights. "
+            "Download the file again."
+        )
+    return "It may be truncated or damaged: download it again."
 
 
 def _read_bin(path: Path) -> tuple[dict, dict[str, str]]:
@@ -102,11 +138,17 @@ def _read_bin(path: Path) -> tuple[dict, dict[str, str]]:
     import torch
 
     try:
-        state_dict = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError) as e:
+        # mmap needs the zip format of torch >= 1.6; older files are read whole
+        mmap = zipfile.is_zipfile(path)
+        state_dict = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
         raise CheckpointError(
-            f"{path}: cannot be read as a PyTorch checkpoint with weights_only=True ({e}). "
-            "bertconv never unpickles arbitrary objects; use the model's safetensors file instead."
+            f"{path}: cannot be read with weights_only=True ({e}). bertconv never runs code from "
+            "a pickle; use the model's safetensors file instead."
+        ) from e
+    except (RuntimeError, OSError, EOFError) as e:
+        raise CheckpointError(
+            f"{path}: not a readable PyTorch checkpoint ({e}). {_diagnose(path)}"
         ) from e
     if not isinstance(state_dict, dict):
         raise CheckpointError(f"{path}: holds a {type(state_dict).__name__}, not a state dict")
@@ -139,6 +181,8 @@ def write_checkpoint(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OutputError(f"{out}: cannot create the output directory ({e.strerror})") from e
+    for stale in out.glob(".*.partial"):  # left by a writer that was killed; we hold the lock
+        stale.unlink(missing_ok=True)
     staged: list[tuple[Path, Path]] = []
     try:
         for name in TOKENIZER_FILES:
@@ -173,3 +217,28 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@contextmanager
+def output_lock(out: Path) -> Iterator[None]:
+    """Hold the lock on an output directory: of two conversions into it at once, the second
+    waits for the first, then finds it done. The lock file lives in the temp directory, named
+    after the output's absolute path, so that nothing is left beside the output."""
+    from filelock import FileLock
+
+    locks = Path(tempfile.gettempdir()) / "bertconv-locks"
+    locks.mkdir(exist_ok=True)
+    key = hashlib.sha1(str(Path(out).resolve()).encode()).hexdigest()
+    with FileLock(locks / f"{key}.lock"):
+        yield
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The safetensors metadata of a file; empty where there is none or no such file."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(path, framework="pt") as f:
+            return f.metadata() or {}
+    except (SafetensorError, OSError):
+        return {}

@@ -78,7 +78,8 @@ def convert(
     Nothing is half-written: files are written aside and renamed into place."""
     from .api import resolve
 
-    _convert(resolve(source, revision), to, out, from_layout, heads)
+    _check_layout(to)
+    _convert(resolve(source, revision, say), to, out, from_layout, heads)
 
 
 @app.command()
@@ -93,33 +94,55 @@ def fetch(
 
     Only config.json, the tokenizer files and one form of the weights are downloaded
     (model.safetensors, else its shards, else pytorch_model.bin read with weights_only=True),
-    into huggingface_hub's cache. HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE are honoured."""
-    from .api import Source
-    from .hub import download, is_repo_id
+    into huggingface_hub's cache, and each is checked against the ETag the Hub sent (sha256).
+    A second fetch of the same commit into the same OUT does nothing and says so. Where the
+    Hub cannot be reached, a cached copy is used, and said to be. HF_ENDPOINT, HF_TOKEN, HF_HOME
+    and HF_HUB_OFFLINE are honoured."""
+    from .api import fetch as fetch_model
+    from .hub import is_repo_id
 
     if not is_repo_id(model_id):
         raise UsageError(
             f"{model_id!r} is not a Hub model id (org/name); for a directory use `convert`"
         )
-    path, commit = download(model_id, revision)
-    say(f"fetched {model_id} at commit {commit}")
-    _convert(Source(model_id, path, commit), to, out, None, heads)
+    _check_layout(to)
+    out = out or _default_out(model_id, to)
+    remote, result = fetch_model(model_id, out, to, revision, heads, say)
+    if result is None:
+        say(
+            f"{out} already holds {model_id} at {remote.commit} in the {to!r} layout: nothing to do"
+        )
+    else:
+        say(f"fetched {model_id} at commit {remote.commit}")
+        _report(result, to, out, heads)
+    typer.echo(out)
 
 
-def _convert(src, to: str, out: Path | None, from_layout: str | None, heads: bool | None) -> None:
-    from .api import convert_checkpoint
+def _check_layout(to: str) -> None:
     from .mapping import layout_names
 
     if to not in layout_names():
         raise UsageError(f"--to {to!r}: no such layout; one of {', '.join(layout_names())}")
-    out = out or Path(f"{Path(src.name).name}-{to}")
-    _, result, written = convert_checkpoint(src, out, to, from_layout, heads)
+
+
+def _default_out(name: str, to: str) -> Path:
+    return Path(f"{Path(name).name}-{to}")
+
+
+def _convert(src, to: str, out: Path | None, from_layout: str | None, heads: bool | None) -> None:
+    from .api import convert_checkpoint
+
+    out = out or _default_out(src.name, to)
+    _, result, _ = convert_checkpoint(src, out, to, from_layout, heads)
+    _report(result, to, out, heads)
+    typer.echo(out)
+
+
+def _report(result, to: str, out: Path, heads: bool | None) -> None:
     if result.dropped_heads:
         why = "as asked" if heads is False else f"the {to!r} layout has no place for them"
         say(f"left out the pre-training heads ({len(result.dropped_heads)} tensors): {why}")
     say(f"wrote {len(result.state_dict)} tensors in the {to!r} layout to {out}")
-    for path in written:
-        typer.echo(path)
 
 
 @app.command()

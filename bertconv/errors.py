@@ -43,3 +43,13 @@ class OutputError(BertconvError):
     """The output could not be written (disk full, no permission); nothing was left half-written."""
 
     exit_code = 7
+
+
+class IntegrityError(HubError):
+    """A downloaded or cached file does not match the ETag the Hub gave for it."""
+
+
+class AuthError(HubError):
+    """The repository is gated or private, and the request carried no token it accepts."""
+
+    exit_code = 8

@@ -1,15 +1,25 @@
-"""Downloads from the Hugging Face Hub, through huggingface_hub (which honours HF_ENDPOINT,
-HF_TOKEN, HF_HOME and HF_HUB_OFFLINE). Only the files conversion needs are fetched."""
+"""Downloads from the Hugging Face Hub through huggingface_hub, which honours HF_ENDPOINT, HF_TOKEN,
+HF_HOME and HF_HUB_OFFLINE. Only the files conversion needs are fetched, and each is checked
+against its ETag, which huggingface_hub itself does not do.
 
+Two steps, so that a caller can stop in between when its output is already up to date:
+`locate` resolves a revision to a commit (from the cache when the Hub cannot be reached), and
+`download` fetches and checks the files.
+"""
+
+import fnmatch
+import hashlib
 import importlib
 import re
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from .checkpoint import TOKENIZER_FILES
-from .errors import HubError, NotFoundError
+from .errors import AuthError, HubError, IntegrityError, NotFoundError, OutputError
 
-# The weights, in order of preference; each with the files it brings along.
+# The weights, in order of preference: the file that marks each form, and the files it needs.
 WEIGHTS = (
     ("model.safetensors", ["model.safetensors"]),
     ("model.safetensors.index.json", ["model.safetensors.index.json", "*.safetensors"]),
@@ -17,6 +27,19 @@ WEIGHTS = (
     ("pytorch_model.bin.index.json", ["pytorch_model.bin.index.json", "pytorch_model-*.bin"]),
 )
 REPO_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")  # the ETag of a Git LFS file: its content's sha256
+GIT_SHA1 = re.compile(r"^[0-9a-f]{40}$")  # the ETag of a regular file: its git blob id
+CHUNK = 1 << 20
+
+
+@dataclass
+class Remote:
+    """A revision of a Hub repository, resolved to a commit, and the files bertconv wants of it."""
+
+    model_id: str
+    commit: str
+    files: list[str]
+    offline: str | None = None  # why the Hub was not asked, where the cache answered instead
 
 
 def is_repo_id(text: str) -> bool:
@@ -27,8 +50,8 @@ def files_to_fetch(repo_files: list[str]) -> list[str]:
     """config.json, the tokenizer files there are, and one form of weights, safetensors first."""
     for marker, patterns in WEIGHTS:
         if marker in repo_files:
-            present = [f for f in ("config.json", *TOKENIZER_FILES) if f in repo_files]
-            return present + patterns
+            wanted = ["config.json", *TOKENIZER_FILES, *patterns]
+            return [f for f in repo_files if any(fnmatch.fnmatchcase(f, p) for p in wanted)]
     raise NotFoundError(
         "the repository has no weights bertconv can read (looked for "
         + ", ".join(marker for marker, _ in WEIGHTS)
@@ -36,21 +59,98 @@ def files_to_fetch(repo_files: list[str]) -> list[str]:
     )
 
 
-def download(model_id: str, revision: str | None = None) -> tuple[Path, str]:
-    """Fetch a model's config, tokenizer and weights into the Hub cache.
+def locate(model_id: str, revision: str | None = None) -> Remote:
+    """Resolve `revision` (branch, tag or commit; default main) to a commit. Where the Hub cannot
+    be reached or HF_HUB_OFFLINE is set, the cache answers, and `offline` says why."""
+    from huggingface_hub import HfApi
 
-    Returns the snapshot directory and the commit it is at."""
-    from huggingface_hub import HfApi, snapshot_download
+    try:
+        with _hub_errors(model_id, revision):
+            info = HfApi().model_info(model_id, revision=revision)
+    except HubError as unreachable:
+        if isinstance(unreachable, AuthError | IntegrityError):
+            raise
+        return _locate_in_cache(model_id, revision, unreachable)
+    return Remote(model_id, info.sha, files_to_fetch([s.rfilename for s in info.siblings or []]))
 
-    with _hub_errors(model_id, revision):
-        info = HfApi().model_info(model_id, revision=revision)
-        patterns = files_to_fetch([s.rfilename for s in info.siblings or []])
-        path = snapshot_download(model_id, revision=info.sha, allow_patterns=patterns)
-    return Path(path), info.sha
+
+def _locate_in_cache(model_id: str, revision: str | None, unreachable: HubError) -> Remote:
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(model_id, "config.json", revision=revision)
+    if not isinstance(config, str):
+        raise HubError(f"{unreachable}, and the cache holds no copy of it") from unreachable
+    snapshot = Path(config).parent
+    files = files_to_fetch(sorted(p.name for p in snapshot.iterdir()))
+    return Remote(model_id, snapshot.name, files, offline=str(unreachable))
+
+
+def download(remote: Remote, say=lambda message: None) -> Path:
+    """Fetch `remote.files` into the Hub cache (nothing is fetched that is there already), check
+    each against its ETag, and return the snapshot directory."""
+    paths = [_fetch_checked(remote, name, say) for name in remote.files]
+    return paths[0].parent
+
+
+def _fetch_checked(remote: Remote, name: str, say) -> Path:
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    cached = isinstance(try_to_load_from_cache(remote.model_id, name, revision=remote.commit), str)
+    if remote.offline and not cached:
+        raise HubError(f"{remote.model_id}: {name} is not in the cache, and {remote.offline}")
+    with _hub_errors(remote.model_id, remote.commit, name):
+        path = Path(
+            hf_hub_download(remote.model_id, name, revision=remote.commit)
+            if not remote.offline
+            else try_to_load_from_cache(remote.model_id, name, revision=remote.commit)
+        )
+    problem = integrity_problem(path)
+    if problem and cached and not remote.offline:
+        say(f"the cached copy of {name} is damaged ({problem}): downloading it again")
+        _evict(path)
+        return _fetch_checked(remote, name, say)
+    if problem:
+        _evict(path)
+        where = "cached copy" if cached else "download"
+        raise IntegrityError(
+            f"{remote.model_id}: the {where} of {name} does not match the ETag the Hub gave for it "
+            f"({problem}); it was removed from the cache. Run the command again; if this persists, "
+            "something between you and the Hub is altering the file."
+        )
+    return path
+
+
+def integrity_problem(path: Path) -> str | None:
+    """Check a cached file against its ETag. huggingface_hub stores each file as a blob named
+    after the ETag the Hub sent: the sha256 of the content for LFS files, the git blob id for
+    regular ones. It checks only the size; this checks the bytes."""
+    etag = path.resolve().name
+    if SHA256.match(etag):
+        digest, kind = _hash(path, hashlib.sha256()), "sha256"
+    elif GIT_SHA1.match(etag):
+        header = b"blob %d\0" % path.stat().st_size
+        digest, kind = _hash(path, hashlib.sha1(header)), "git blob id"
+    else:
+        return None  # not a blob of the Hub cache (a local_dir copy): no ETag to check against
+    return None if digest == etag else f"{kind} {digest}, expected {etag}"
+
+
+def _hash(path: Path, h) -> str:
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _evict(path: Path) -> None:
+    """Remove a cached file and its blob, so the next attempt downloads it afresh."""
+    blob = path.resolve()
+    path.unlink(missing_ok=True)
+    blob.unlink(missing_ok=True)
 
 
 @contextmanager
-def _hub_errors(model_id: str, revision: str | None):
+def _hub_errors(model_id: str, revision: str | None, filename: str | None = None) -> Iterator[None]:
     """Turn huggingface_hub's and httpx's exceptions into bertconv's, each saying what to do."""
     from huggingface_hub import errors
 
@@ -58,28 +158,47 @@ def _hub_errors(model_id: str, revision: str | None):
     try:
         yield
     except errors.GatedRepoError as e:  # before RepositoryNotFoundError, its base class
-        raise HubError(
-            f"{what}: the repository is gated. Accept its terms on the Hub, then log in "
-            "(`hf auth login`) or set HF_TOKEN."
+        raise AuthError(
+            f"{what}: the repository is gated and this request carried no token it accepts. "
+            "Accept its terms on its Hub page, then log in with `hf auth login` or set HF_TOKEN "
+            "to a token with read access."
         ) from e
     except errors.RepositoryNotFoundError as e:
         raise NotFoundError(
-            f"{what}: no such model on the Hub (if it is private, log in or set HF_TOKEN)"
+            f"{what}: no such model on the Hub (if it is private, log in with `hf auth login` "
+            "or set HF_TOKEN)"
         ) from e
     except errors.RevisionNotFoundError as e:
         raise NotFoundError(f"{what}: no such branch, tag or commit") from e
-    except (errors.LocalEntryNotFoundError, *_transport_errors()) as e:
+    except errors.OfflineModeIsEnabled as e:
+        raise HubError(f"{what}: HF_HUB_OFFLINE is set, so the Hub is not asked") from e
+    except (errors.LocalEntryNotFoundError, *_transport_errors(_CONNECT)) as e:
+        raise HubError(f"{what}: the Hub cannot be reached ({e})") from e
+    except _transport_errors(_TRANSPORT) as e:
         raise HubError(
-            f"{what}: the Hub cannot be reached ({e}) and no cached copy was found"
+            f"{what}: the download of {filename or 'a file'} broke off ({type(e).__name__}: {e}). "
+            "Run the command again: huggingface_hub resumes where it stopped."
         ) from e
     except errors.HfHubHTTPError as e:
-        raise HubError(f"{what}: the Hub refused the download ({e})") from e
+        raise HubError(f"{what}: the Hub refused the request ({e})") from e
+    except OSError as e:
+        if e.errno == 28:  # ENOSPC
+            raise OutputError(
+                f"{what}: no space left for the download in the Hub cache ({e})"
+            ) from e
+        raise HubError(f"{what}: the download failed ({e})") from e
 
 
-def _transport_errors() -> tuple[type[Exception], ...]:
-    """Connection failures: huggingface_hub 1.x raises httpx's, 2.x those of its fork httpx2."""
+_CONNECT = ("ConnectError", "ConnectTimeout")
+_TRANSPORT = ("TransportError",)
+
+
+def _transport_errors(names: tuple[str, ...]) -> tuple[type[Exception], ...]:
+    """httpx's exception classes: huggingface_hub 1.x uses httpx, 2.x its fork httpx2."""
     found = []
-    for name in ("httpx", "httpx2"):
-        with suppress(ImportError):
-            found.append(importlib.import_module(name).TransportError)
+    for module in ("httpx", "httpx2"):
+        try:
+            found += [getattr(importlib.import_module(module), name) for name in names]
+        except ImportError:
+            continue
     return tuple(found)

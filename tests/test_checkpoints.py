@@ -147,7 +147,7 @@ def test_a_bin_file_holding_code_is_refused(checkpoints, tmp_path):
     bad.mkdir()
     (bad / "config.json").write_bytes((checkpoints["base"] / "config.json").read_bytes())
     with open(bad / "pytorch_model.bin", "wb") as f:
-        pickle.dump({"embeddings.word_embeddings.weight": Exploit()}, f)
+        pickle.dump({"embeddings.word_embeddings.weight": Exploit()}, f, protocol=2)
     with pytest.raises(CheckpointError, match="weights_only=True"):
         convert_dir(bad, tmp_path / "out")
 
