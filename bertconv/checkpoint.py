@@ -174,6 +174,7 @@ def write_checkpoint(
 
     Every file is written aside first, then renamed into place, model.safetensors last: a failure
     leaves `out` as it was."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     out = Path(out)
@@ -195,10 +196,10 @@ def write_checkpoint(
         weights.chmod(0o666 & ~_umask())  # save_file creates it private; give it a normal mode
         for tmp, final in staged:
             os.replace(tmp, final)
-    except OSError as e:
+    except (OSError, SafetensorError) as e:  # save_file reports a full disk as SafetensorError
+        reason = getattr(e, "strerror", None) or e
         raise OutputError(
-            f"{out}: writing the converted checkpoint failed ({e.strerror or e}); "
-            "nothing in it was changed"
+            f"{out}: writing the converted checkpoint failed ({reason}); nothing in it was changed"
         ) from e
     finally:
         for tmp, _ in staged:

@@ -37,6 +37,7 @@ class Remote:
     """A revision of a Hub repository, resolved to a commit, and the files bertconv wants of it."""
 
     model_id: str
+    revision: str  # as asked for: a branch, a tag or a commit
     commit: str
     files: list[str]
     offline: str | None = None  # why the Hub was not asked, where the cache answered instead
@@ -71,7 +72,8 @@ def locate(model_id: str, revision: str | None = None) -> Remote:
         if isinstance(unreachable, AuthError | IntegrityError):
             raise
         return _locate_in_cache(model_id, revision, unreachable)
-    return Remote(model_id, info.sha, files_to_fetch([s.rfilename for s in info.siblings or []]))
+    files = files_to_fetch([s.rfilename for s in info.siblings or []])
+    return Remote(model_id, revision or "main", info.sha, files)
 
 
 def _locate_in_cache(model_id: str, revision: str | None, unreachable: HubError) -> Remote:
@@ -82,14 +84,27 @@ def _locate_in_cache(model_id: str, revision: str | None, unreachable: HubError)
         raise HubError(f"{unreachable}, and the cache holds no copy of it") from unreachable
     snapshot = Path(config).parent
     files = files_to_fetch(sorted(p.name for p in snapshot.iterdir()))
-    return Remote(model_id, snapshot.name, files, offline=str(unreachable))
+    return Remote(model_id, revision or "main", snapshot.name, files, offline=str(unreachable))
 
 
 def download(remote: Remote, say=lambda message: None) -> Path:
     """Fetch `remote.files` into the Hub cache (nothing is fetched that is there already), check
     each against its ETag, and return the snapshot directory."""
     paths = [_fetch_checked(remote, name, say) for name in remote.files]
+    if not remote.offline:
+        _remember_revision(remote)
     return paths[0].parent
+
+
+def _remember_revision(remote: Remote) -> None:
+    """Files are fetched by commit, so that a branch moving mid-download cannot mix two
+    commits. Ask for config.json once more by the revision's name (a HEAD request; the file is
+    cached) so that huggingface_hub records which commit the name points to, and a later
+    offline fetch of the same name finds it."""
+    from huggingface_hub import hf_hub_download
+
+    with _hub_errors(remote.model_id, remote.revision):
+        hf_hub_download(remote.model_id, "config.json", revision=remote.revision)
 
 
 def _fetch_checked(remote: Remote, name: str, say) -> Path:
