@@ -121,8 +121,9 @@ def _diagnose(path: Path) -> str:
         return "It cannot be read."
     if head.startswith(b"version https://git-lfs"):
         return (
-            "It is a Git LFS pointer, saved in place of the weights: the repository was cloned "
-            "without Git LFS. Run `git lfs pull` there, or fetch the model with `bertconv fetch`."
+            "It is a Git LFS pointer, a small text file standing in for the weights: they were "
+            "never downloaded, or the pointer was committed in their place. In a git clone, run "
+            "`git lfs pull`."
         )
     if head.startswith((b"<!doctype html", b"<html")):
         return (

@@ -16,7 +16,8 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Bring official pretrained BERT weights into from-scratch BERT code, and prove that they "
     "compute the same thing. Exit codes: 0 ok, 1 verify found a difference, 2 usage, 3 not found, "
-    "4 bad checkpoint, 5 Hub unreachable or refused, 6 missing extra, 7 output not writable.",
+    "4 bad checkpoint, 5 Hub unreachable or download broken, 6 missing extra, 7 output not "
+    "writable, 8 gated repository (log in).",
 )
 
 Layout = Annotated[

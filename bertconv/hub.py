@@ -84,7 +84,8 @@ def _locate_in_cache(model_id: str, revision: str | None, unreachable: HubError)
         raise HubError(f"{unreachable}, and the cache holds no copy of it") from unreachable
     snapshot = Path(config).parent
     files = files_to_fetch(sorted(p.name for p in snapshot.iterdir()))
-    return Remote(model_id, revision or "main", snapshot.name, files, offline=str(unreachable))
+    reason = str(unreachable).removeprefix(f"{model_id}: ")
+    return Remote(model_id, revision or "main", snapshot.name, files, offline=reason)
 
 
 def download(remote: Remote, say=lambda message: None) -> Path:
@@ -113,7 +114,7 @@ def _fetch_checked(remote: Remote, name: str, say) -> Path:
     cached = isinstance(try_to_load_from_cache(remote.model_id, name, revision=remote.commit), str)
     if remote.offline and not cached:
         raise HubError(f"{remote.model_id}: {name} is not in the cache, and {remote.offline}")
-    with _hub_errors(remote.model_id, remote.commit, name):
+    with _hub_errors(remote.model_id, None, name):
         path = Path(
             hf_hub_download(remote.model_id, name, revision=remote.commit)
             if not remote.offline
