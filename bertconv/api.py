@@ -4,7 +4,7 @@ bertconv's model in one call."""
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import hub
+from . import hub, storage
 from .checkpoint import (
     HEADS_KEY,
     LAYOUT_KEY,
@@ -135,5 +135,7 @@ def load(
     cls = BertForPreTraining if result.heads else BertModel
     with torch.device("meta"):  # no random initialisation: every parameter comes from the file
         model = cls(ckpt.config)
-    model.load_state_dict(result.state_dict, strict=True, assign=True)
+    maps = {}
+    weights = {name: storage.to_torch(t, maps) for name, t in result.state_dict.items()}
+    model.load_state_dict(weights, strict=True, assign=True)
     return model.eval()

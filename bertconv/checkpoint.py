@@ -12,10 +12,12 @@ import os
 import tempfile
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
+from . import storage
 from .config import BertConfig
 from .errors import CheckpointError, NotFoundError, OutputError
 from .mapping import OFFICIAL
@@ -36,7 +38,7 @@ TOKENIZER_FILES = (
 # Keys of the safetensors metadata that bertconv writes.
 LAYOUT_KEY, SOURCE_KEY, REVISION_KEY = "bertconv.layout", "bertconv.source", "bertconv.revision"
 HEADS_KEY = "bertconv.heads"
-BIG = 256 << 20  # bytes: reading this much or more gets a progress bar
+BIG = 256 << 20  # bytes: writing this much or more gets a progress bar
 
 
 @dataclass
@@ -78,36 +80,31 @@ def _shards(index: Path) -> list[Path]:
 def read_tensors(files: list[Path]) -> tuple[dict, dict[str, str]]:
     """All tensors of the files, and the first file's safetensors metadata."""
     state_dict, metadata = {}, {}
-    progress = _progress(sum(path.stat().st_size for path in files), "reading")
     for path in files:
         tensors, meta = (
             _read_safetensors(path) if path.suffix == ".safetensors" else _read_bin(path)
         )
-        progress.update(path.stat().st_size)
         clash = state_dict.keys() & tensors.keys()
         if clash:
             raise CheckpointError(f"{path}: repeats tensors of another shard: {sorted(clash)[:5]}")
         state_dict.update(tensors)
         metadata = metadata or meta
-    progress.close()
     return state_dict, metadata
 
 
 def _progress(total: int, what: str):
-    """A progress bar on stderr for files large enough to wait for; shown only on a terminal."""
+    """A progress bar on stderr for work large enough to wait for, where stderr is a terminal."""
+    if total < BIG:
+        return nullcontext(SimpleNamespace(update=lambda n: None))
     from tqdm import tqdm
 
-    quiet = True if total < BIG else None  # None: tqdm shows it where stderr is a terminal
-    return tqdm(total=total, desc=what, unit="B", unit_scale=True, disable=quiet)
+    return tqdm(total=total, desc=what, unit="B", unit_scale=True, disable=None)
 
 
 def _read_safetensors(path: Path) -> tuple[dict, dict[str, str]]:
-    from safetensors import SafetensorError, safe_open
-
     try:
-        with safe_open(path, framework="pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}  # noqa: SIM118
-    except (SafetensorError, OSError) as e:
+        return storage.read_header(path)
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, OSError) as e:
         raise CheckpointError(
             f"{path}: not a readable safetensors file ({e}). {_diagnose(path)}"
         ) from e
@@ -153,7 +150,7 @@ def _read_bin(path: Path) -> tuple[dict, dict[str, str]]:
         ) from e
     if not isinstance(state_dict, dict):
         raise CheckpointError(f"{path}: holds a {type(state_dict).__name__}, not a state dict")
-    return state_dict, {}
+    return {name: storage.from_torch(t) for name, t in state_dict.items()}, {}
 
 
 def read_checkpoint(directory: Path, layout: str | None = None) -> Checkpoint:
@@ -175,9 +172,6 @@ def write_checkpoint(
 
     Every file is written aside first, then renamed into place, model.safetensors last: a failure
     leaves `out` as it was."""
-    from safetensors import SafetensorError
-    from safetensors.torch import save_file
-
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -193,12 +187,12 @@ def write_checkpoint(
         config_json = json.dumps(config_dict, indent=2) + "\n"
         _stage(staged, out / "config.json").write_text(config_json)
         weights = _stage(staged, out / "model.safetensors")
-        save_file(state_dict, weights, metadata={"format": "pt", **metadata})
-        weights.chmod(0o666 & ~_umask())  # save_file creates it private; give it a normal mode
+        with _progress(sum(map(storage.nbytes, state_dict.values())), "writing") as bar:
+            storage.write_safetensors(weights, state_dict, {"format": "pt", **metadata}, bar.update)
         for tmp, final in staged:
             os.replace(tmp, final)
-    except (OSError, SafetensorError) as e:  # save_file reports a full disk as SafetensorError
-        reason = getattr(e, "strerror", None) or e
+    except OSError as e:
+        reason = e.strerror or e
         raise OutputError(
             f"{out}: writing the converted checkpoint failed ({reason}); nothing in it was changed"
         ) from e
@@ -213,12 +207,6 @@ def _stage(staged: list[tuple[Path, Path]], final: Path) -> Path:
     tmp = final.with_name(f".{final.name}.{os.getpid()}.partial")
     staged.append((tmp, final))
     return tmp
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 @contextmanager
@@ -237,10 +225,7 @@ def output_lock(out: Path) -> Iterator[None]:
 
 def read_metadata(path: Path) -> dict[str, str]:
     """The safetensors metadata of a file; empty where there is none or no such file."""
-    from safetensors import SafetensorError, safe_open
-
     try:
-        with safe_open(path, framework="pt") as f:
-            return f.metadata() or {}
-    except (SafetensorError, OSError):
+        return storage.read_header(path)[1]
+    except (ValueError, KeyError, TypeError, OSError):
         return {}

@@ -4,13 +4,13 @@
 
 Every tensor is read through the source layout's table into the official names, checked against
 the shapes config.json implies, then written out through the target layout's table. Problems are
-collected, and raised once, all of them, naming each tensor.
+collected, and raised once, all of them, naming each tensor. Tensors are storage references
+(storage.py): converting moves names and byte ranges, not data, and needs no torch.
 """
 
 from dataclasses import dataclass, field
 
-import torch
-
+from . import storage
 from .config import BertConfig
 from .errors import CheckpointError
 from .mapping import OFFICIAL, Layout, head_names, layout, official_shapes
@@ -65,17 +65,17 @@ class Problems:
 
 @dataclass
 class Conversion:
-    state_dict: dict[str, torch.Tensor]
+    state_dict: dict[str, storage.Tensor]
     heads: bool  # the result holds the pre-training heads
     dropped_heads: list[str]  # official head tensors the target layout has no place for
 
 
 def to_official(
-    state_dict: dict[str, torch.Tensor], config: BertConfig, src: Layout, source: str
-) -> dict[str, torch.Tensor]:
+    state_dict: dict[str, storage.Tensor], config: BertConfig, src: Layout, source: str
+) -> dict[str, storage.Tensor]:
     """Read a state dict in layout `src` into the official names, checking everything."""
     problems = Problems(source, src.name)
-    official: dict[str, torch.Tensor] = {}
+    official: dict[str, storage.Tensor] = {}
     tied = {}
     for name, tensor in state_dict.items():
         if name in src.ignored:
@@ -87,7 +87,7 @@ def to_official(
         elif name in src.rows or name in src.aliases:
             row = src.rows[src.aliases.get(name, name)]
             for official_name, part in zip(row.official, _unpack(row, tensor, config), strict=True):
-                if official_name in official and not torch.equal(official[official_name], part):
+                if official_name in official and not storage.equal(official[official_name], part):
                     problems.values.append(f"{name} differs from the other copy of {official_name}")
                 official[official_name] = part
         else:
@@ -99,8 +99,8 @@ def to_official(
 
 
 def from_official(
-    official: dict[str, torch.Tensor], config: BertConfig, dst: Layout
-) -> dict[str, torch.Tensor]:
+    official: dict[str, storage.Tensor], config: BertConfig, dst: Layout
+) -> dict[str, storage.Tensor]:
     """Write official tensors into layout `dst`'s names. Rows whose tensors are absent (the
     heads of a BertModel checkpoint) are left out."""
     with_heads = any(name in official for name in head_names(config))
@@ -112,12 +112,12 @@ def from_official(
             written = name if row.official[0] in heads else prefix + name
             out[written] = _pack(row, [official[o] for o in row.official])
     for name, gen in dst.generated.items():
-        out[name] = torch.arange(gen.arange).reshape(gen.shape)
+        out[name] = storage.arange(gen.arange, gen.shape)
     return out
 
 
 def convert(
-    state_dict: dict[str, torch.Tensor],
+    state_dict: dict[str, storage.Tensor],
     config: BertConfig,
     from_layout: str = OFFICIAL,
     to_layout: str = "bertconv",
@@ -143,37 +143,36 @@ def convert(
     return Conversion(from_official(official, config, dst), kept, dropped)
 
 
-def _unpack(row, tensor: torch.Tensor, config: BertConfig) -> list[torch.Tensor]:
+def _unpack(row, tensor: storage.Tensor, config: BertConfig) -> list[storage.Tensor]:
     if row.transform == "transpose":
-        return [tensor.T]
+        return [storage.transpose(tensor)]
     if row.transform == "concat":
         sizes = [official_shapes(config)[o][0] for o in row.official]
         if tensor.shape[0] == sum(sizes):
-            return list(tensor.split(sizes, dim=0))
+            return storage.split_rows(tensor, sizes)
         # Wrong size: hand it on whole, so the shape check names it.
         return [tensor] * len(sizes)
     return [tensor]
 
 
-def _pack(row, tensors: list[torch.Tensor]) -> torch.Tensor:
+def _pack(row, tensors: list[storage.Tensor]) -> storage.Tensor:
     if row.transform == "transpose":
-        return tensors[0].T.contiguous()
+        return storage.transpose(tensors[0])
     if row.transform == "concat":
-        return torch.cat(tensors, dim=0)
+        return storage.join_rows(tensors)
     return tensors[0]
 
 
-def _check_generated(name: str, tensor: torch.Tensor, src: Layout, problems: Problems) -> None:
+def _check_generated(name: str, tensor: storage.Tensor, src: Layout, problems: Problems) -> None:
     gen = src.generated[name]
-    expected = torch.arange(gen.arange).reshape(gen.shape)
-    if tensor.shape != expected.shape or not torch.equal(tensor.long(), expected):
+    if not storage.equal(tensor, storage.arange(gen.arange, gen.shape)):
         problems.values.append(f"{name} should be arange({gen.arange}) of shape {gen.shape}")
 
 
 def _check_tied(tied: dict, official: dict, src: Layout, problems: Problems) -> None:
     for name, tensor in tied.items():
         target = src.tied[name]
-        if target in official and not torch.equal(tensor, official[target]):
+        if target in official and not storage.equal(tensor, official[target]):
             problems.values.append(
                 f"{name} differs from {target}, which it should be a tied copy of "
                 "(bertconv's model ties them, so it cannot hold an untied decoder)"

@@ -2,8 +2,8 @@
 the same thing, and that bad input fails clearly with nothing half-written."""
 
 import json
+import os
 import pickle
-from pathlib import Path
 
 import pytest
 import torch
@@ -116,11 +116,11 @@ def test_a_failed_write_leaves_the_old_output_intact(checkpoints, tmp_path, monk
     convert_dir(checkpoints["pretraining"], out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
 
-    def disk_full(tensors, filename, metadata=None):
-        Path(filename).write_bytes(b"partial")
+    def disk_full(src, dst, offset, count, progress):
+        os.write(dst, b"partial")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("safetensors.torch.save_file", disk_full)
+    monkeypatch.setattr("bertconv.storage._copy_range", disk_full)
     with pytest.raises(OutputError, match="No space left on device.*nothing in it was changed"):
         convert_dir(checkpoints["legacy"], out, to="minbert")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import seed_models
+from bertconv import storage
 from bertconv.config import BertConfig
 from bertconv.convert import _unpack, convert, from_official, to_official
 from bertconv.errors import CheckpointError, UsageError
@@ -15,12 +16,14 @@ from conftest import TINY
 CONFIG = BertConfig(**TINY)
 
 
-def random_official(heads: bool = True) -> dict[str, torch.Tensor]:
+def random_official(heads: bool = True) -> dict[str, storage.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return {
-        name: torch.randn(shape, generator=g)
-        for name, shape in official_shapes(CONFIG, heads).items()
-    }
+    shapes = official_shapes(CONFIG, heads)
+    return {name: storage.from_torch(torch.randn(s, generator=g)) for name, s in shapes.items()}
+
+
+def tensor(t: storage.Tensor) -> torch.Tensor:
+    return storage.to_torch(t)
 
 
 def model_names(name: str) -> dict[str, tuple]:
@@ -67,7 +70,7 @@ def test_round_trip_through_every_layout_is_exact(name):
         from_official(official, CONFIG, layout(name, CONFIG)), CONFIG, layout(name, CONFIG), "t"
     )
     assert back.keys() == official.keys()
-    assert all(torch.equal(back[k], official[k]) for k in official)
+    assert all(storage.equal(back[k], official[k]) for k in official)
 
 
 def test_heads_are_left_out_where_the_layout_has_none():
@@ -80,8 +83,8 @@ def test_heads_are_left_out_where_the_layout_has_none():
 def test_every_problem_is_reported_at_once():
     sd = random_official()
     del sd["encoder.layer.1.output.dense.bias"]
-    sd["classifier.weight"] = torch.zeros(2, 32)
-    sd["pooler.dense.weight"] = torch.zeros(31, 32)
+    sd["classifier.weight"] = storage.from_torch(torch.zeros(2, 32))
+    sd["pooler.dense.weight"] = storage.from_torch(torch.zeros(31, 32))
     with pytest.raises(CheckpointError) as err:
         convert(sd, CONFIG, source="ckpt/model.safetensors")
     message = str(err.value)
@@ -100,14 +103,15 @@ def test_heads_come_all_or_none():
 
 
 def test_an_untied_decoder_is_refused():
-    sd = random_official() | {"cls.predictions.decoder.weight": torch.zeros(99, 32)}
+    untied = storage.from_torch(torch.zeros(99, 32))
+    sd = random_official() | {"cls.predictions.decoder.weight": untied}
     with pytest.raises(CheckpointError, match="differs from embeddings.word_embeddings.weight"):
         convert(sd, CONFIG)
 
 
 def test_two_copies_of_a_tensor_must_agree():
     sd = random_official()
-    sd["cls.predictions.decoder.bias"] = sd["cls.predictions.bias"] + 1
+    sd["cls.predictions.decoder.bias"] = storage.from_torch(tensor(sd["cls.predictions.bias"]) + 1)
     with pytest.raises(
         CheckpointError, match="cls.predictions.decoder.bias differs from the other copy"
     ):
@@ -116,8 +120,8 @@ def test_two_copies_of_a_tensor_must_agree():
 
 def test_minbert_position_ids_are_generated_and_checked():
     out = convert(random_official(), CONFIG, "transformers", "minbert").state_dict
-    assert torch.equal(out["position_ids"], torch.arange(64)[None])
-    out["position_ids"] = out["position_ids"].flip(-1)
+    assert torch.equal(tensor(out["position_ids"]), torch.arange(64)[None])
+    out["position_ids"] = storage.from_torch(tensor(out["position_ids"]).flip(-1))
     with pytest.raises(CheckpointError, match=r"position_ids should be arange\(64\)"):
         convert(out, CONFIG, "minbert", "bertconv")
 
@@ -150,9 +154,12 @@ def test_transpose_and_concat_transforms_invert_each_other():
     )
     official = random_official()
     out = from_official(official, CONFIG, fused)
-    assert torch.equal(out["qkv"], torch.cat([official[q], official[k], official[v]]))
-    assert torch.equal(out["pooler_t"], official["pooler.dense.weight"].T)
+    assert torch.equal(tensor(out["qkv"]), torch.cat([tensor(official[n]) for n in (q, k, v)]))
+    pooler = tensor(official["pooler.dense.weight"])
+    assert torch.equal(tensor(out["pooler_t"]), pooler.T)
+    # and as bytes, as a file holds them
+    assert storage.read_bytes(out["pooler_t"]) == storage.from_torch(pooler.T).data
     back = {}
     for name, row in fused.rows.items():
         back.update(zip(row.official, _unpack(row, out[name], CONFIG), strict=True))
-    assert all(torch.equal(back[n], official[n]) for n in back) and len(back) == 4
+    assert all(storage.equal(back[n], official[n]) for n in back) and len(back) == 4

@@ -1,0 +1,321 @@
+"""Tensors as bytes: where they are, and how to read, transform and write them without torch.
+
+Converting a checkpoint is mostly renaming, so it need not load a single tensor: a safetensors
+file is an 8-byte length, a JSON header (name -> dtype, shape, byte range), then the data. Here a
+tensor is a reference to its bytes (`Stored`: a range of a file; `InMemory`: bytes), and the
+transforms the mapping tables declare are done on references (`split_rows`, `join_rows`,
+`transpose`). `write_safetensors` writes a new header and copies the data ranges file to file
+with `os.copy_file_range`, so a rename-only conversion costs about what `cp` does and holds
+almost nothing in memory. `to_torch` (torch imported only there) maps stored tensors into torch
+without copying them.
+"""
+
+import json
+import mmap
+import os
+import struct
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from itertools import zip_longest
+from pathlib import Path
+
+from .errors import CheckpointError
+
+ITEM_SIZE = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4,
+    "I64": 8, "U64": 8, "F64": 8,
+}  # fmt: skip
+MAX_HEADER = 100 << 20  # safetensors' own limit
+PAGE = 4096
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A tensor stored in a file: bytes [start, end) of `path`, row-major."""
+
+    path: Path
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class InMemory:
+    """A tensor whose bytes are in memory (a generated buffer, a tensor read from a .bin file)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Joined:
+    """Tensors stacked along their first dimension (a fused projection, say)."""
+
+    parts: tuple
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Transposed:
+    """A 2-D tensor transposed; its bytes are computed when written or loaded."""
+
+    source: object
+    dtype: str
+    shape: tuple[int, ...]
+
+
+Tensor = Stored | InMemory | Joined | Transposed
+
+
+def nbytes(t: Tensor) -> int:
+    count = 1
+    for d in t.shape:
+        count *= d
+    return count * ITEM_SIZE[t.dtype]
+
+
+def split_rows(t: Tensor, rows: list[int]) -> list[Tensor]:
+    """Split along the first dimension: for row-major data, consecutive byte ranges."""
+    row_bytes = nbytes(t) // t.shape[0] if t.shape[0] else 0
+    if not isinstance(t, Stored | InMemory):
+        t = InMemory(t.dtype, t.shape, read_bytes(t))
+    parts, at = [], 0
+    for n in rows:
+        shape, size = (n, *t.shape[1:]), n * row_bytes
+        if isinstance(t, Stored):
+            parts.append(Stored(t.path, t.dtype, shape, t.start + at, t.start + at + size))
+        else:
+            parts.append(InMemory(t.dtype, shape, t.data[at : at + size]))
+        at += size
+    return parts
+
+
+def join_rows(parts: list[Tensor]) -> Joined:
+    rows = sum(p.shape[0] for p in parts)
+    return Joined(tuple(parts), parts[0].dtype, (rows, *parts[0].shape[1:]))
+
+
+def transpose(t: Tensor) -> Transposed:
+    return Transposed(t, t.dtype, t.shape[::-1])
+
+
+def arange(n: int, shape: tuple[int, ...]) -> InMemory:
+    """int64 0..n-1: the position_ids buffers some models keep."""
+    return InMemory("I64", shape, array("q", range(n)).tobytes())
+
+
+def pieces(t: Tensor) -> Iterator[bytes | Stored]:
+    """A tensor's bytes in order: file ranges where they are stored, bytes otherwise."""
+    if isinstance(t, Stored):
+        yield t
+    elif isinstance(t, InMemory):
+        yield t.data
+    elif isinstance(t, Joined):
+        for part in t.parts:
+            yield from pieces(part)
+    else:
+        yield _transposed_bytes(t)
+
+
+def read_bytes(t: Tensor) -> bytes:
+    return b"".join(_read(p) if isinstance(p, Stored) else p for p in pieces(t))
+
+
+def _read(s: Stored) -> bytes:
+    with open(s.path, "rb") as f:
+        f.seek(s.start)
+        return f.read(s.end - s.start)
+
+
+def _transposed_bytes(t: Transposed) -> bytes:
+    cols = t.source.shape[1]
+    # Column j of the source is every cols-th item from j on; memoryview strides pick it in C.
+    items = memoryview(read_bytes(t.source)).cast(
+        {1: "B", 2: "H", 4: "I", 8: "Q"}[ITEM_SIZE[t.dtype]]
+    )
+    return b"".join(items[j::cols].tobytes() for j in range(cols))
+
+
+def equal(a: Tensor, b: Tensor) -> bool:
+    """Same dtype, shape and bytes, compared a chunk at a time."""
+    if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+        return False
+    return all(x == y for x, y in zip_longest(_chunks(a), _chunks(b)))
+
+
+def _chunks(t: Tensor) -> Iterator[bytes]:
+    """The bytes of `t` in chunks of exactly CHUNK (the last one shorter)."""
+    buffer = b""
+    for p in pieces(t):
+        for block in _stream(p) if isinstance(p, Stored) else [p]:
+            buffer += block
+            while len(buffer) >= CHUNK:
+                yield buffer[:CHUNK]
+                buffer = buffer[CHUNK:]
+    if buffer:
+        yield buffer
+
+
+def _stream(s: Stored) -> Iterator[bytes]:
+    with open(s.path, "rb") as f:
+        f.seek(s.start)
+        left = s.end - s.start
+        while left:
+            block = f.read(min(CHUNK, left))
+            if not block:
+                raise CheckpointError(f"{s.path}: ends before the data its header promises")
+            left -= len(block)
+            yield block
+
+
+def read_header(path: Path) -> tuple[dict[str, Stored], dict[str, str]]:
+    """The tensors a safetensors file holds, as references, and its metadata. Only the header
+    is read."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        (length,) = struct.unpack("<Q", raw) if len(raw) == 8 else (size,)
+        if length > min(MAX_HEADER, size - 8):
+            raise ValueError("the header length it starts with is larger than the file")
+        header = json.loads(f.read(length))
+    metadata = header.pop("__metadata__", None) or {}
+    base, tensors = 8 + length, {}
+    for name, entry in header.items():
+        start, end = entry["data_offsets"]
+        t = Stored(path, entry["dtype"], tuple(entry["shape"]), base + start, base + end)
+        if t.dtype not in ITEM_SIZE or nbytes(t) != end - start or t.end > size:
+            raise ValueError(f"tensor {name!r} does not fit the file (truncated download?)")
+        tensors[name] = t
+    return tensors, metadata
+
+
+def write_safetensors(
+    path: Path, tensors: dict[str, Tensor], metadata: dict[str, str], progress: Callable = None
+) -> None:
+    """Write a safetensors file: the header, then each tensor's bytes, stored ones copied file
+    to file by the kernel. Tensors go in the order of their bytes in the source, so that runs of
+    them are copied in one call; the header is padded so the data keeps its page offset."""
+    order = sorted(tensors, key=lambda name: _source_position(tensors[name]))
+    header, offset = {"__metadata__": metadata}, 0
+    for name in order:
+        size = nbytes(tensors[name])
+        header[name] = {
+            "dtype": tensors[name].dtype,
+            "shape": list(tensors[name].shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    first = _source_position(tensors[order[0]])[1] if order else 0
+    encoded = _padded(json.dumps(header, separators=(",", ":")).encode(), first)
+    with open(path, "wb") as out:
+        out.write(struct.pack("<Q", len(encoded)) + encoded)
+        _copy(
+            [p for name in order for p in pieces(tensors[name])], out, progress or (lambda n: None)
+        )
+
+
+def _source_position(t: Tensor) -> tuple[str, int]:
+    first = next(pieces(t), b"") if isinstance(t, Stored | Joined) else b""
+    return (str(first.path), first.start) if isinstance(first, Stored) else ("\uffff", 0)
+
+
+def _padded(header: bytes, data_start: int) -> bytes:
+    """Pad with spaces (the format allows them) so that the data section starts at the same
+    offset within a page as in the source, and at a multiple of 8 in any case."""
+    target = data_start % PAGE if data_start % 8 == 0 else 0
+    pad = (target - (8 + len(header))) % PAGE
+    return header + b" " * pad
+
+
+def _copy(parts: list, out, progress: Callable[[int], None]) -> None:
+    """Write bytes as they are and file ranges by copy_file_range, merging adjacent ranges."""
+    for run in _merged(parts):
+        if isinstance(run, bytes):
+            out.write(run)
+            progress(len(run))
+            continue
+        out.flush()
+        path, start, end = run
+        with open(path, "rb") as src:
+            _copy_range(src.fileno(), out.fileno(), start, end - start, progress)
+
+
+def _merged(parts: list) -> Iterator[bytes | tuple[Path, int, int]]:
+    run = None
+    for p in parts:
+        if isinstance(p, Stored) and run and run[0] == p.path and run[2] == p.start:
+            run = (run[0], run[1], p.end)
+            continue
+        if run:
+            yield run
+        run = (p.path, p.start, p.end) if isinstance(p, Stored) else None
+        if not isinstance(p, Stored):
+            yield p
+    if run:
+        yield run
+
+
+def _copy_range(src: int, dst: int, offset: int, count: int, progress) -> None:
+    while count:
+        try:
+            done = os.copy_file_range(src, dst, min(count, 1 << 30), offset)
+        except OSError:  # not across these file systems: copy through user space
+            done = os.write(dst, os.pread(src, min(count, CHUNK), offset))
+        if done == 0:
+            raise CheckpointError(f"source file ended {count} bytes early")
+        offset, count = offset + done, count - done
+        progress(done)
+
+
+def to_torch(t: Tensor, maps: dict | None = None):
+    """A torch tensor of `t`. Stored tensors are mapped from their file, not copied: the pages
+    are read on first use and shared with the page cache. Writes stay private to the process.
+    `maps` caches one mapping per file across calls."""
+    import torch
+
+    if isinstance(t, Joined):
+        return torch.cat([to_torch(p, maps) for p in t.parts])
+    if isinstance(t, Transposed):
+        return to_torch(t.source, maps).T.contiguous()
+    dtype = torch_dtypes()[t.dtype]
+    count = nbytes(t) // ITEM_SIZE[t.dtype]
+    if count == 0:
+        return torch.empty(t.shape, dtype=dtype)
+    if isinstance(t, InMemory):
+        return torch.frombuffer(bytearray(t.data), dtype=dtype).view(t.shape)
+    maps = {} if maps is None else maps
+    if t.path not in maps:
+        with open(t.path, "rb") as f:
+            maps[t.path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    return torch.frombuffer(maps[t.path], dtype=dtype, count=count, offset=t.start).view(t.shape)
+
+
+def from_torch(tensor) -> InMemory:
+    """The bytes of a torch tensor (a .bin file's), copied out."""
+    import ctypes
+
+    tensor = tensor.detach().cpu().contiguous()
+    code = {v: k for k, v in torch_dtypes().items()}[tensor.dtype]
+    data = ctypes.string_at(tensor.data_ptr(), tensor.nbytes) if tensor.nbytes else b""
+    return InMemory(code, tuple(tensor.shape), data)
+
+
+@cache
+def torch_dtypes() -> dict:
+    """safetensors' dtype names -> torch's; a function, so that torch is imported on use only."""
+    import torch
+
+    return {
+        "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
+        "I32": torch.int32, "I64": torch.int64, "F16": torch.float16, "BF16": torch.bfloat16,
+        "F32": torch.float32, "F64": torch.float64, "U16": torch.uint16, "U32": torch.uint32,
+        "U64": torch.uint64, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+    }  # fmt: skip
