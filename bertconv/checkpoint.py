@@ -9,8 +9,7 @@ pytorch_model.bin.index.json (shards). `.bin` files are read with `weights_only=
 import hashlib
 import json
 import os
-import tempfile
-import zipfile
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -94,11 +93,11 @@ def read_tensors(files: list[Path]) -> tuple[dict, dict[str, str]]:
 
 def _progress(total: int, what: str):
     """A progress bar on stderr for work large enough to wait for, where stderr is a terminal."""
-    if total < BIG:
+    if total < BIG or not sys.stderr.isatty():
         return nullcontext(SimpleNamespace(update=lambda n: None))
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=what, unit="B", unit_scale=True, disable=None)
+    return tqdm(total=total, desc=what, unit="B", unit_scale=True)
 
 
 def _read_safetensors(path: Path) -> tuple[dict, dict[str, str]]:
@@ -132,6 +131,7 @@ def _diagnose(path: Path) -> str:
 
 def _read_bin(path: Path) -> tuple[dict, dict[str, str]]:
     import pickle
+    import zipfile
 
     import torch
 
@@ -214,12 +214,14 @@ def output_lock(out: Path) -> Iterator[None]:
     """Hold the lock on an output directory: of two conversions into it at once, the second
     waits for the first, then finds it done. The lock file lives in the temp directory, named
     after the output's absolute path, so that nothing is left beside the output."""
-    from filelock import FileLock
+    import fcntl
+    import tempfile
 
     locks = Path(tempfile.gettempdir()) / "bertconv-locks"
     locks.mkdir(exist_ok=True)
     key = hashlib.sha1(str(Path(out).resolve()).encode()).hexdigest()
-    with FileLock(locks / f"{key}.lock"):
+    with open(locks / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or the process ends
         yield
 
 

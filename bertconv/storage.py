@@ -264,10 +264,11 @@ def _merged(parts: list) -> Iterator[bytes | tuple[Path, int, int]]:
 
 
 def _copy_range(src: int, dst: int, offset: int, count: int, progress) -> None:
+    kernel_copy = getattr(os, "copy_file_range", None)  # Linux only
     while count:
         try:
-            done = os.copy_file_range(src, dst, min(count, 1 << 30), offset)
-        except OSError:  # not across these file systems: copy through user space
+            done = kernel_copy(src, dst, min(count, 1 << 30), offset)
+        except (OSError, TypeError):  # none here, or not across these file systems
             done = os.write(dst, os.pread(src, min(count, CHUNK), offset))
         if done == 0:
             raise CheckpointError(f"source file ended {count} bytes early")
