@@ -217,9 +217,9 @@ def write_safetensors(
     encoded = _padded(json.dumps(header, separators=(",", ":")).encode(), first)
     with open(path, "wb") as out:
         out.write(struct.pack("<Q", len(encoded)) + encoded)
-        _copy(
-            [p for name in order for p in pieces(tensors[name])], out, progress or (lambda n: None)
-        )
+        # A generator: transformed tensors are computed one at a time, as they are written.
+        parts = (p for name in order for p in pieces(tensors[name]))
+        _copy(parts, out, progress or (lambda n: None))
 
 
 def _source_position(t: Tensor) -> tuple[str, int]:
@@ -235,7 +235,7 @@ def _padded(header: bytes, data_start: int) -> bytes:
     return header + b" " * pad
 
 
-def _copy(parts: list, out, progress: Callable[[int], None]) -> None:
+def _copy(parts: Iterator, out, progress: Callable[[int], None]) -> None:
     """Write bytes as they are and file ranges by copy_file_range, merging adjacent ranges."""
     for run in _merged(parts):
         if isinstance(run, bytes):
@@ -248,7 +248,7 @@ def _copy(parts: list, out, progress: Callable[[int], None]) -> None:
             _copy_range(src.fileno(), out.fileno(), start, end - start, progress)
 
 
-def _merged(parts: list) -> Iterator[bytes | tuple[Path, int, int]]:
+def _merged(parts: Iterator) -> Iterator[bytes | tuple[Path, int, int]]:
     run = None
     for p in parts:
         if isinstance(p, Stored) and run and run[0] == p.path and run[2] == p.start:
