@@ -3,8 +3,9 @@ bertconv's model in one call."""
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import hub, storage
+from . import storage
 from .checkpoint import (
     HEADS_KEY,
     LAYOUT_KEY,
@@ -18,6 +19,9 @@ from .checkpoint import (
 )
 from .convert import Conversion, convert
 from .errors import BertconvError, NotFoundError
+
+if TYPE_CHECKING:
+    from . import hub
 
 
 def _quiet(message: str) -> None:
@@ -41,6 +45,8 @@ def resolve(source: "str | Path | Source", revision: str | None = None, say=_qui
     path = Path(source).expanduser()
     if path.is_dir():
         return Source(str(source), path)
+    from . import hub  # only for Hub ids: local conversions skip its imports
+
     if isinstance(source, Path) or not hub.is_repo_id(str(source)):
         raise NotFoundError(f"{source}: no such directory, and not a Hub model id (org/name)")
     try:
@@ -51,8 +57,10 @@ def resolve(source: "str | Path | Source", revision: str | None = None, say=_qui
     return fetch_source(remote, say)
 
 
-def fetch_source(remote: hub.Remote, say=_quiet) -> Source:
+def fetch_source(remote: "hub.Remote", say=_quiet) -> Source:
     """Download a located Hub revision (see hub.locate) and name it as a source."""
+    from . import hub
+
     if remote.offline:
         say(f"using the cached copy of {remote.model_id} at {remote.commit}: {remote.offline}")
     return Source(remote.model_id, hub.download(remote, say), remote.commit)
@@ -89,9 +97,11 @@ def fetch(
     revision: str | None = None,
     heads: bool | None = None,
     say=_quiet,
-) -> tuple[hub.Remote, Conversion | None]:
+) -> tuple["hub.Remote", Conversion | None]:
     """Download a Hub model and convert it into `out`. Where `out` already holds that commit in
     that layout, nothing is downloaded or written, and the conversion returned is None."""
+    from . import hub
+
     remote = hub.locate(model_id, revision)
     with output_lock(out):
         if up_to_date(out, model_id, remote.commit, to_layout, heads):

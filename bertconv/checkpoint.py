@@ -6,7 +6,6 @@ model.safetensors, model.safetensors.index.json (shards), pytorch_model.bin,
 pytorch_model.bin.index.json (shards). `.bin` files are read with `weights_only=True`.
 """
 
-import hashlib
 import json
 import os
 import sys
@@ -215,6 +214,7 @@ def output_lock(out: Path) -> Iterator[None]:
     waits for the first, then finds it done. The lock file lives in the temp directory, named
     after the output's absolute path, so that nothing is left beside the output."""
     import fcntl
+    import hashlib
     import tempfile
 
     locks = Path(tempfile.gettempdir()) / "bertconv-locks"

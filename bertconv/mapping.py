@@ -10,10 +10,15 @@ other table maps one layout's names onto those official names, one row a tensor.
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
+from pathlib import Path
 
+from . import mappings
 from .config import BertConfig
 from .errors import UsageError
+
+TABLES = Path(
+    mappings.__file__
+).parent  # mappings/, shipped inside the package as bertconv.mappings
 
 OFFICIAL = "transformers"
 TRANSFORMS = ("rename", "transpose", "concat")
@@ -58,7 +63,7 @@ class Layout:
 
 def _table(name: str) -> dict:
     try:
-        text = resources.files("bertconv.mappings").joinpath(f"{name}.toml").read_text()
+        text = (TABLES / f"{name}.toml").read_text()
     except FileNotFoundError:
         raise UsageError(
             f"no layout {name!r}; known layouts: {', '.join(layout_names())} "
@@ -68,8 +73,7 @@ def _table(name: str) -> dict:
 
 
 def layout_names() -> list[str]:
-    files = resources.files("bertconv.mappings").iterdir()
-    return sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml"))
+    return sorted(f.stem for f in TABLES.glob("*.toml"))
 
 
 def describe_layouts() -> list[tuple[str, str]]:

@@ -1,0 +1,106 @@
+"""What every benchmark shares: checkpoints of real shapes (random weights, written by
+transformers), timing whole processes with their peak memory, alternating repetitions, tables.
+
+Figures are medians over repetitions that alternate between bertconv and its baseline, so that
+the machine's drift (up to ~30% here) hits both alike. Checkpoints are written once into
+BERTCONV_BENCH_DIR (default /tmp/bertconv-bench): bert-large is 1.3 GB.
+"""
+
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+BENCH_DIR = Path(os.environ.get("BERTCONV_BENCH_DIR", "/tmp/bertconv-bench"))
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+SHAPES = {
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
+}
+
+
+def checkpoint(shape: str, heads: bool = False) -> Path:
+    """An official checkpoint of a real BERT shape, as transformers writes it (seeded weights)."""
+    path = BENCH_DIR / f"bert-{shape}{'-heads' if heads else ''}"
+    if not (path / "model.safetensors").is_file():
+        import torch
+        from transformers import BertConfig, BertForPreTraining, BertModel
+
+        torch.manual_seed(0)
+        model = (BertForPreTraining if heads else BertModel)(BertConfig(**SHAPES[shape]))
+        model.save_pretrained(path)
+    return path
+
+
+def converted(shape: str, layout: str = "bertconv") -> Path:
+    """`checkpoint(shape)` converted by bertconv."""
+    out = BENCH_DIR / f"bert-{shape}-{layout}"
+    if not (out / "model.safetensors").is_file():
+        command("convert", str(checkpoint(shape)), "--to", layout, "--out", str(out))
+    return out
+
+
+def command(*args: str) -> list[str]:
+    subprocess.run([str(BIN / "bertconv"), *args], check=True, capture_output=True)
+
+
+def run(argv: list[str], env: dict | None = None) -> tuple[float, float]:
+    """Run a whole process: wall seconds and peak RSS in MB.
+
+    The peak comes from GNU time, a small process of its own: a child forked from this one
+    (large, once torch is loaded) would report this process's memory as its own."""
+    report = BENCH_DIR / "time.out"
+    timer = ["/usr/bin/time", "-f", "%e %M", "-o", str(report)] if Path("/usr/bin/time").exists() else []
+    start = time.perf_counter()
+    done = subprocess.run(timer + argv, env=env, capture_output=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{argv} failed: {done.stderr.decode()[-2000:]}")
+    if not timer:  # no GNU time (apt-get install time): no memory figure
+        return seconds, float("nan")
+    elapsed, peak_kb = report.read_text().split()[-2:]
+    return float(elapsed), int(peak_kb) / 1024
+
+
+def alternate(cases: dict[str, Callable[[], object]], reps: int, before=lambda: None) -> dict:
+    """Run each case once per round, `reps` rounds; `before` runs ahead of every case."""
+    results = {name: [] for name in cases}
+    for _ in range(reps):
+        for name, case in cases.items():
+            before()
+            results[name].append(case())
+    return results
+
+
+def median(values: list) -> float:
+    return statistics.median(values)
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    import torch
+
+    try:
+        import transformers
+
+        versions = f"torch {torch.__version__}, transformers {transformers.__version__}"
+    except ImportError:
+        versions = f"torch {torch.__version__}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    return f"{cpu}, {os.cpu_count()} cores, {gpu}; Python {platform.python_version()}, {versions}"
