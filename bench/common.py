@@ -20,8 +20,12 @@ BENCH_DIR = Path(os.environ.get("BERTCONV_BENCH_DIR", "/tmp/bertconv-bench"))
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SHAPES = {
-    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
-    "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
+    "base": dict(
+        hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072
+    ),
+    "large": dict(
+        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
+    ),
 }
 
 
@@ -56,7 +60,11 @@ def run(argv: list[str], env: dict | None = None) -> tuple[float, float]:
     The peak comes from GNU time, a small process of its own: a child forked from this one
     (large, once torch is loaded) would report this process's memory as its own."""
     report = BENCH_DIR / "time.out"
-    timer = ["/usr/bin/time", "-f", "%e %M", "-o", str(report)] if Path("/usr/bin/time").exists() else []
+    timer = (
+        ["/usr/bin/time", "-f", "%e %M", "-o", str(report)]
+        if Path("/usr/bin/time").exists()
+        else []
+    )
     start = time.perf_counter()
     done = subprocess.run(timer + argv, env=env, capture_output=True)
     seconds = time.perf_counter() - start
@@ -99,7 +107,9 @@ def machine() -> str:
         versions = f"torch {torch.__version__}"
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line)
+        cpu = next(
+            line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line
+        )
     except (OSError, StopIteration):
         pass
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"

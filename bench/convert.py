@@ -22,7 +22,9 @@ def main() -> str:
 
         cases = {
             "cp": lambda: run(["cp", str(src / "model.safetensors"), str(copy)]),
-            "bertconv": lambda: run([str(BIN / "bertconv"), "convert", str(src), "--out", str(out)]),
+            "bertconv": lambda: run(
+                [str(BIN / "bertconv"), "convert", str(src), "--out", str(out)]
+            ),
             "minbert": lambda: run(
                 [str(BIN / "bertconv"), "convert", str(src), "--to", "minbert", "--out", str(out)]
             ),

@@ -143,9 +143,24 @@ def load(
     ckpt = read_checkpoint(src.path, from_layout)
     result = convert(ckpt.state_dict, ckpt.config, ckpt.layout, "bertconv", heads, str(src.path))
     cls = BertForPreTraining if result.heads else BertModel
-    with torch.device("meta"):  # no random initialisation: every parameter comes from the file
+    with torch.device("meta"), _skip_init():  # every parameter comes from the file
         model = cls(ckpt.config)
     maps = {}
     weights = {name: storage.to_torch(t, maps) for name, t in result.state_dict.items()}
     model.load_state_dict(weights, strict=True, assign=True)
     return model.eval()
+
+
+def _skip_init():
+    """A torch function mode that skips torch.nn.init's random initialisation. Parameters built
+    under it (on the meta device, where they hold no memory) are about to be replaced by loaded
+    weights; initialising meta tensors would also import torch's compiler stack (~1 s)."""
+    from torch.overrides import TorchFunctionMode
+
+    class SkipInit(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__module__", None) == "torch.nn.init":
+                return args[0] if args else kwargs["tensor"]  # untouched
+            return func(*args, **(kwargs or {}))
+
+    return SkipInit()
