@@ -8,7 +8,6 @@ BERTCONV_BENCH_DIR (default /tmp/bertconv-bench): bert-large is 1.3 GB.
 
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -106,11 +105,13 @@ def machine() -> str:
     except ImportError:
         versions = f"torch {torch.__version__}"
     cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(
-            line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line
-        )
-    except (OSError, StopIteration):
-        pass
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [
+            line.split(":", 1)[1].strip()
+            for line in cpuinfo.read_text().splitlines()
+            if "model name" in line
+        ]
+        cpu = names[0] if names else cpu
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     return f"{cpu}, {os.cpu_count()} cores, {gpu}; Python {platform.python_version()}, {versions}"

@@ -9,50 +9,49 @@ from common import alternate, checkpoint, converted, median, run, table
 RATIO, REPS = 0.5, 7
 
 
-def timed(fn) -> float:
+def timed(fn, *args) -> float:
     start = time.perf_counter()
-    fn()
+    fn(*args)
     return time.perf_counter() - start
 
 
-def main() -> str:
-    import bertconv
+def python(code: str) -> float:
+    return run([sys.executable, "-c", code])[0]
+
+
+def rows_for(shape: str) -> list[list]:
     from transformers import BertModel
+
+    import bertconv
+
+    official, ours = checkpoint(shape), converted(shape)
+    # first calls pay one-off costs (imports inside the libraries): warm both up
+    bertconv.load(ours)
+    BertModel.from_pretrained(official)
+    in_process = {
+        "bertconv": lambda: timed(bertconv.load, ours),
+        "transformers": lambda: timed(BertModel.from_pretrained, official),
+    }
+    whole = {
+        "bertconv": lambda: python(f"import bertconv; bertconv.load('{ours}')"),
+        "transformers": lambda: python(
+            f"from transformers import BertModel; BertModel.from_pretrained('{official}')"
+        ),
+    }
+    rows = []
+    for label, cases in (("in-process", in_process), ("whole process", whole)):
+        results = alternate(cases, REPS)
+        a, b = median(results["bertconv"]), median(results["transformers"])
+        met = "yes" if a <= RATIO * b else "NO"
+        rows.append([f"bert-{shape}, {label}", f"{a:.3f} s", f"{b:.3f} s", f"{a / b:.2f}x", met])
+    return rows
+
+
+def main() -> str:
     from transformers.utils import logging
 
     logging.disable_progress_bar()
-    rows = []
-    for shape in ("base", "large"):
-        official, ours = checkpoint(shape), converted(shape)
-        # a warm-up of each: first calls pay one-off costs (imports inside the libraries)
-        bertconv.load(ours), BertModel.from_pretrained(official)
-        inproc = alternate(
-            {
-                "bertconv": lambda: timed(lambda: bertconv.load(ours)),
-                "transformers": lambda: timed(lambda: BertModel.from_pretrained(official)),
-            },
-            REPS,
-        )
-        whole = alternate(
-            {
-                "bertconv": lambda: run(
-                    [sys.executable, "-c", f"import bertconv; bertconv.load('{ours}')"]
-                )[0],
-                "transformers": lambda: run(
-                    [
-                        sys.executable,
-                        "-c",
-                        f"from transformers import BertModel; BertModel.from_pretrained('{official}')",
-                    ]
-                )[0],
-            },
-            REPS,
-        )
-        for label, results in (("in-process", inproc), ("whole process", whole)):
-            a, b = median(results["bertconv"]), median(results["transformers"])
-            rows.append([
-                f"bert-{shape}, {label}", f"{a:.3f} s", f"{b:.3f} s", f"{a / b:.2f}x", "yes" if a <= RATIO * b else "NO"
-            ])  # fmt: skip
+    rows = rows_for("base") + rows_for("large")
     header = ["load", "bertconv.load", "BertModel.from_pretrained", "ratio (<= 0.5x)", "met"]
     return f"## Load (median of {REPS}, alternating)\n\n" + table(header, rows)
 
