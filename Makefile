@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 DEMO := demo-out
 
-.PHONY: install test lint demo parity-gpu clean
+.PHONY: install test lint demo bench bench-gpu clean
 
 install: $(INSTALLED)
 
@@ -34,13 +34,17 @@ demo: $(INSTALLED)
 	$(BIN)/bertconv layouts
 	BIN=$(BIN) DEMO=$(DEMO) bash tests/demo.sh
 
-# On a machine with a GPU and torch, transformers already installed (docs/parity.md).
-parity-gpu:
+# Every benchmark of docs/benchmarks.md, regenerated (about 10 minutes; bert-large is 1.3 GB,
+# written once under $$BERTCONV_BENCH_DIR, default /tmp/bertconv-bench).
+bench: $(INSTALLED)
+	cd bench && ../$(BIN)/python run_all.py
+
+# The GPU half, on a machine with a GPU where torch, transformers, safetensors,
+# huggingface_hub, typer and tokenizers are installed: parity in float32 (TF32 off) and
+# bfloat16, and the forward benchmark, into docs/benchmarks-gpu.md.
+bench-gpu:
 	pip install -q --no-deps -e .
-	python bench/make_checkpoint.py --shape base --heads --out /tmp/bert-base-heads
-	bertconv verify /tmp/bert-base-heads --device cuda --dtype float32
-	bertconv verify /tmp/bert-base-heads --device cuda --dtype bfloat16
-	bertconv verify /tmp/bert-base-heads --device cuda --dtype float16
+	cd bench && python run_all.py --gpu
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache *.egg-info

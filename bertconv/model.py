@@ -59,6 +59,32 @@ class Embeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))
 
 
+class Padding:
+    """Where the real tokens of a padded (B, T) batch are. Padding carries no information, so
+    the dense layers (projections and feed-forward: nearly all the arithmetic) run on the real
+    tokens alone, packed into one (N, features) matrix. Attention, which needs each sequence
+    whole, unpacks them to (B, T, features) and packs its result again."""
+
+    def __init__(self, attention_mask: torch.Tensor | None, shape: torch.Size):
+        self.shape = shape  # (B, T)
+        self.real = self.key_mask = None
+        if attention_mask is not None:
+            self.real = attention_mask.flatten().nonzero().squeeze(1)  # (N,), into B * T
+            # A key-padding mask, broadcast by SDPA: no (B, heads, T, T) tensor is ever built.
+            self.key_mask = attention_mask.bool()[:, None, None, :]
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, F) -> (N, F): the real tokens only."""
+        x = x.reshape(-1, x.shape[-1])
+        return x if self.real is None else x.index_select(0, self.real)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, F) -> (B, T, F), zeros at the padding."""
+        if self.real is not None:
+            x = x.new_zeros(self.shape.numel(), x.shape[-1]).index_copy(0, self.real, x)
+        return x.view(*self.shape, x.shape[-1])
+
+
 class SelfAttention(nn.Module):
     """Multi-head scaled dot-product attention: softmax(Q K^T / sqrt(head_dim)) V, per head."""
 
@@ -72,23 +98,15 @@ class SelfAttention(nn.Module):
         self.dropout_p = config.attention_probs_dropout_prob
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, hidden) -> (B, heads, T, head_dim)"""
         B, T, _ = x.shape
-        return x.view(B, T, self.num_heads, self.head_dim).transpose(
-            1, 2
-        )  # (B, heads, T, head_dim)
+        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
-        q, k, v = (
-            self.split_heads(self.Wq(x)),
-            self.split_heads(self.Wk(x)),
-            self.split_heads(self.Wv(x)),
-        )
-        # key_mask (B, 1, 1, T) is True where a key may be attended to; SDPA broadcasts it.
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=key_mask, dropout_p=self.dropout_p if self.training else 0.0
-        )
-        B, _, T, _ = out.shape
-        return out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)
+    def forward(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
+        q, k, v = (self.split_heads(padding.unpack(W(x))) for W in (self.Wq, self.Wk, self.Wv))
+        dropout = self.dropout_p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=padding.key_mask, dropout_p=dropout)
+        return padding.pack(out.transpose(1, 2).flatten(2))  # the heads side by side again
 
 
 class AddNorm(nn.Module):
@@ -110,8 +128,8 @@ class Attention(nn.Module):
         self.self = SelfAttention(config)
         self.output = AddNorm(config.hidden_size, config)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
-        return self.output(self.self(x, key_mask), x)
+    def forward(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
+        return self.output(self.self(x, padding), x)
 
 
 class Intermediate(nn.Module):
@@ -135,8 +153,8 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(config)
         self.output = AddNorm(config.intermediate_size, config)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
-        x = self.attention(x, key_mask)
+    def forward(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
+        x = self.attention(x, padding)
         return self.output(self.intermediate(x), x)
 
 
@@ -145,10 +163,11 @@ class Encoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> list[torch.Tensor]:
-        hidden_states = [x]
+    def forward(self, x: torch.Tensor, padding: Padding) -> list[torch.Tensor]:
+        hidden_states, h = [x], padding.pack(x)  # h: (N, hidden), the real tokens
         for layer in self.layer:
-            hidden_states.append(layer(hidden_states[-1], key_mask))
+            h = layer(h, padding)
+            hidden_states.append(padding.unpack(h))
         return hidden_states
 
 
@@ -165,7 +184,7 @@ class Pooler(nn.Module):
 
 @dataclass
 class BertOutput:
-    last_hidden_state: torch.Tensor  # (B, T, hidden)
+    last_hidden_state: torch.Tensor  # (B, T, hidden); zeros at padded positions
     pooler_output: torch.Tensor  # (B, hidden)
     hidden_states: tuple[torch.Tensor, ...]  # the embeddings' output, then every layer's
 
@@ -188,9 +207,8 @@ class BertModel(nn.Module):
     ) -> BertOutput:
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        # A key-padding mask, broadcast by SDPA: no (B, heads, T, T) tensor is ever built.
-        key_mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        hidden_states = self.encoder(self.embeddings(input_ids, token_type_ids), key_mask)
+        padding = Padding(attention_mask, input_ids.shape)
+        hidden_states = self.encoder(self.embeddings(input_ids, token_type_ids), padding)
         return BertOutput(hidden_states[-1], self.pooler(hidden_states[-1]), tuple(hidden_states))
 
 
@@ -215,7 +233,7 @@ class MaskedLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.transform(hidden), word_embeddings, self.bias)  # (B, T, vocab)
+        return F.linear(self.transform(hidden), word_embeddings, self.bias)  # (..., vocab)
 
 
 class PreTrainingHeads(nn.Module):
@@ -227,7 +245,7 @@ class PreTrainingHeads(nn.Module):
 
 @dataclass
 class BertForPreTrainingOutput(BertOutput):
-    prediction_logits: torch.Tensor  # (B, T, vocab): masked language model
+    prediction_logits: torch.Tensor  # (B, T, vocab): masked language model; zeros at padding
     seq_relationship_logits: torch.Tensor  # (B, 2): next sentence prediction
 
 
@@ -246,7 +264,9 @@ class BertForPreTraining(BertModel):
         token_type_ids: torch.Tensor | None = None,
     ) -> BertForPreTrainingOutput:
         out = super().forward(input_ids, attention_mask, token_type_ids)
-        mlm = self.cls.predictions(out.last_hidden_state, self.embeddings.word_embeddings.weight)
+        padding = Padding(attention_mask, input_ids.shape)  # the vocabulary product: real tokens
+        words = self.embeddings.word_embeddings.weight
+        mlm = padding.unpack(self.cls.predictions(padding.pack(out.last_hidden_state), words))
         nsp = self.cls.seq_relationship(out.pooler_output)
         return BertForPreTrainingOutput(
             **vars(out), prediction_logits=mlm, seq_relationship_logits=nsp

@@ -119,3 +119,18 @@ def test_config_keeps_known_fields_and_leaves_metadata_out():
 
 def test_every_accepted_activation_has_a_function():
     assert set(ACTIVATION_FNS) == set(ACTIVATIONS)
+
+
+def test_padding_is_skipped_and_left_zero(checkpoints, batch):
+    """The dense layers run on real tokens only: padded positions come out as zeros, and a
+    batch without a mask computes what an all-ones mask does."""
+    model = bertconv.load(checkpoints["pretraining"])
+    with torch.no_grad():
+        out = model(**batch)
+        pad = ~batch["attention_mask"].bool()
+        assert all((h[pad] == 0).all() for h in out.hidden_states[1:])
+        assert (out.prediction_logits[pad] == 0).all()
+        ones = torch.ones_like(batch["attention_mask"])
+        a = model(batch["input_ids"], None, batch["token_type_ids"]).last_hidden_state
+        b = model(batch["input_ids"], ones, batch["token_type_ids"]).last_hidden_state
+    assert (a - b).abs().max() <= FLOAT32_MAX_ABS

@@ -1,0 +1,115 @@
+"""Target 4: forward throughput against transformers' BertModel (sdpa) on the same weights.
+
+CPU: fp32, bert-base, padded batches of 8 and 32 x 128 tokens; at least 1.0x.
+GPU (where there is one): bf16, 64 x 512; at least 1.2x, and model FLOP utilisation against the
+GPU's bf16 peak as measured here with a large matrix product (goal 50%).
+"""
+
+import argparse
+import os
+import time
+
+import torch
+from common import alternate, checkpoint, converted, median, table
+
+REPS = {"cpu": 5, "cuda": 20}
+
+
+def batch(size: int, length: int, device: str, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random ids, every row but the first padded to a random length of at least half."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(length // 2, length + 1, (size,), generator=g)
+    lengths[0] = length
+    inputs = {
+        "input_ids": torch.randint(0, 30522, (size, length), generator=g),
+        "attention_mask": (torch.arange(length) < lengths[:, None]).long(),
+        "token_type_ids": (torch.arange(length) >= length // 2)
+        .long()
+        .expand(size, -1)
+        .contiguous(),
+    }
+    return {k: v.to(device) for k, v in inputs.items()}
+
+
+def seconds(model, inputs: dict, device: str) -> float:
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        model(**inputs)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1000
+    start = time.perf_counter()
+    model(**inputs)
+    return time.perf_counter() - start
+
+
+def models(device: str, dtype: torch.dtype):
+    from transformers import BertModel
+
+    import bertconv
+
+    ours = bertconv.load(converted("base")).to(device=device, dtype=dtype)
+    theirs = BertModel.from_pretrained(checkpoint("base"), attn_implementation="sdpa", dtype=dtype)
+    return ours, theirs.to(device).eval()
+
+
+def flops(b: int, t: int, h: int = 768, i: int = 3072, layers: int = 12) -> float:
+    """Matrix-multiply FLOPs of a forward pass: projections, attention, feed-forward."""
+    per_token_layer = 2 * (4 * h * h + 2 * h * i) + 4 * t * h
+    return b * t * layers * per_token_layer
+
+
+def bf16_peak() -> float:
+    """The GPU's bf16 matrix-multiply rate, measured: FLOP/s of an 8192^3 product."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return 2 * 8192**3 / median(times)
+
+
+def row(ours, theirs, b: int, t: int, device: str, target: float, peak: float | None) -> list:
+    inputs = batch(b, t, device)
+    for model in (ours, theirs):  # warm-up
+        model(**inputs)
+    cases = {
+        "ours": lambda: seconds(ours, inputs, device),
+        "theirs": lambda: seconds(theirs, inputs, device),
+    }
+    results = alternate(cases, REPS[device])
+    a, b_ = median(results["ours"]), median(results["theirs"])
+    cells = [f"{b} x {t}", f"{b * t / a:,.0f}", f"{b * t / b_:,.0f}", f"{b_ / a:.2f}x"]
+    if peak:
+        cells.append(f"{flops(b, t) / a / peak:.0%} of {peak / 1e12:.0f} TFLOP/s")
+    return cells + ["yes" if b_ / a >= target else "NO"]
+
+
+def main(device: str = "cpu") -> str:
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    shapes = [(8, 128), (32, 128)] if device == "cpu" else [(64, 512)]
+    target = 1.0 if device == "cpu" else 1.2
+    torch.set_num_threads(os.cpu_count())
+    ours, theirs = models(device, dtype)
+    peak = bf16_peak() if device == "cuda" else None
+    with torch.inference_mode():
+        rows = [row(ours, theirs, b, t, device, target, peak) for b, t in shapes]
+    header = ["batch", "bertconv tokens/s", "transformers tokens/s", f"speed-up (>= {target}x)"]
+    header += ["MFU"] if peak else []
+    kind = str(dtype).removeprefix("torch.")
+    title = f"## Forward, {device}, {kind} (median of {REPS[device]}, alternating)"
+    return f"{title}\n\n" + table(header + ["met"], rows)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    print(main(parser.parse_args().device))

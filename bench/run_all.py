@@ -1,0 +1,63 @@
+"""Run every benchmark and write the results, with the machine's details, to docs/.
+
+python bench/run_all.py          # CPU: targets 1-5 -> docs/benchmarks.md
+python bench/run_all.py --gpu    # GPU: parity and forward -> docs/benchmarks-gpu.md
+"""
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import convert
+import forward
+import load
+import startup
+import verify
+from common import BIN, ROOT, checkpoint, machine
+
+METHOD = """Each figure is the median of several repetitions that alternate between bertconv and
+its baseline, measured in the same run (this machine drifts by up to ~30% between runs).
+Checkpoints have real shapes and random weights, written by transformers
+(`bench/common.py`). Whole-process times include Python's start-up and every import."""
+
+
+def gpu_parity() -> str:
+    path = checkpoint("base", heads=True)
+    blocks = []
+    for dtype in ("float32", "bfloat16"):
+        done = subprocess.run(
+            [str(BIN / "bertconv"), "verify", str(path), "--device", "cuda", "--dtype", dtype],
+            capture_output=True,
+            text=True,
+        )
+        blocks.append(
+            f"```\n$ bertconv verify bert-base --device cuda --dtype {dtype}\n{done.stdout}```"
+        )
+    return "## Parity on the GPU (bert-base shape with both heads)\n\n" + "\n\n".join(blocks)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if args.gpu:
+        sections = [gpu_parity(), forward.main("cuda")]
+        out = args.out or ROOT / "docs" / "benchmarks-gpu.md"
+        title = "# Benchmarks on the GPU"
+    else:
+        sections = [startup.main(), convert.main(), load.main(), forward.main("cpu"), verify.main()]
+        out = args.out or ROOT / "docs" / "benchmarks.md"
+        title = "# Benchmarks"
+    target = "make bench-gpu" if args.gpu else "make bench"
+    run = f"Run {time.strftime('%Y-%m-%d')} by `{target}`."
+    header = f"{title}\n\nMachine: {machine()}. {run}\n\n{METHOD}"
+    text = "\n\n".join([header, *sections]) + "\n"
+    out.write_text(text)
+    print(text, file=sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
