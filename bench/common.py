@@ -76,12 +76,15 @@ def run(argv: list[str], env: dict | None = None) -> tuple[float, float]:
 
 
 def alternate(cases: dict[str, Callable[[], object]], reps: int, before=lambda: None) -> dict:
-    """Run each case once per round, `reps` rounds; `before` runs ahead of every case."""
-    results = {name: [] for name in cases}
-    for _ in range(reps):
-        for name, case in cases.items():
+    """Run each case once per round, `reps` rounds, starting each round one case further on,
+    so that no case always runs first (or always after the same one). `before` runs ahead of
+    every case."""
+    names = list(cases)
+    results = {name: [] for name in names}
+    for round_ in range(reps):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             before()
-            results[name].append(case())
+            results[name].append(cases[name]())
     return results
 
 

@@ -6,7 +6,7 @@ import shutil
 
 from common import BENCH_DIR, BIN, alternate, checkpoint, median, run, table
 
-TIME_RATIO, RSS_MB, REPS = 1.2, 64, 7
+TIME_RATIO, RSS_MB, REPS = 1.2, 64, 11
 
 
 def rows_for(shape: str) -> list[list]:

@@ -122,7 +122,7 @@ def pieces(t: Tensor) -> Iterator[bytes | Stored]:
         for part in t.parts:
             yield from pieces(part)
     else:
-        yield _transposed_bytes(t)
+        yield from _transposed_rows(t)
 
 
 def read_bytes(t: Tensor) -> bytes:
@@ -135,13 +135,16 @@ def _read(s: Stored) -> bytes:
         return f.read(s.end - s.start)
 
 
-def _transposed_bytes(t: Transposed) -> bytes:
+def _transposed_rows(t: Transposed) -> Iterator[bytes]:
+    """The rows of a transposed tensor, about CHUNK bytes at a time: the source is held once,
+    the result never whole."""
     cols = t.source.shape[1]
+    item = ITEM_SIZE[t.dtype]
     # Column j of the source is every cols-th item from j on; memoryview strides pick it in C.
-    items = memoryview(read_bytes(t.source)).cast(
-        {1: "B", 2: "H", 4: "I", 8: "Q"}[ITEM_SIZE[t.dtype]]
-    )
-    return b"".join(items[j::cols].tobytes() for j in range(cols))
+    items = memoryview(read_bytes(t.source)).cast({1: "B", 2: "H", 4: "I", 8: "Q"}[item])
+    per_chunk = max(1, CHUNK // (item * t.source.shape[0] or 1))
+    for j in range(0, cols, per_chunk):
+        yield b"".join(items[c::cols].tobytes() for c in range(j, min(j + per_chunk, cols)))
 
 
 def equal(a: Tensor, b: Tensor) -> bool:

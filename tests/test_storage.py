@@ -1,0 +1,78 @@
+"""storage.py, the torch-free layer under conversion: files it writes are read back by
+safetensors' own loader, and it streams: peak memory stays near one tensor, not the file."""
+
+import subprocess
+import sys
+import textwrap
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from bertconv import storage
+
+
+def test_written_files_read_back_with_safetensors_and_keep_the_page_offset(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    original = {
+        "a": torch.randn(300, 7, generator=g),
+        "b": torch.randint(0, 9, (5,), generator=g),
+        "c": torch.randn(4, 3, generator=g).to(torch.bfloat16),
+    }
+    save_file(original, tmp_path / "in.safetensors")
+    stored, _ = storage.read_header(tmp_path / "in.safetensors")
+    renamed = {"x." + k: v for k, v in stored.items()}
+    renamed["joined"] = storage.join_rows([stored["a"], stored["a"]])
+    renamed["transposed"] = storage.transpose(stored["a"])
+    renamed["ids"] = storage.arange(6, (1, 6))
+    storage.write_safetensors(tmp_path / "out.safetensors", renamed, {"format": "pt", "k": "v"})
+    back = load_file(tmp_path / "out.safetensors")
+    assert all(torch.equal(back["x." + k], v) for k, v in original.items())
+    assert torch.equal(back["joined"], torch.cat([original["a"], original["a"]]))
+    assert torch.equal(back["transposed"], original["a"].T)
+    assert torch.equal(back["ids"], torch.arange(6)[None])
+    source_start = min(t.start for t in stored.values())
+    written, meta = storage.read_header(tmp_path / "out.safetensors")
+    assert meta == {"format": "pt", "k": "v"}
+    assert min(t.start for t in written.values()) % 4096 == source_start % 4096
+
+
+def test_to_torch_maps_the_file_and_writes_stay_private(tmp_path):
+    save_file({"w": torch.ones(4, 4)}, tmp_path / "m.safetensors")
+    stored, _ = storage.read_header(tmp_path / "m.safetensors")
+    weight = storage.to_torch(stored["w"])
+    weight.add_(1)
+    assert torch.equal(load_file(tmp_path / "m.safetensors")["w"], torch.ones(4, 4))
+
+
+PEAK = """
+import resource, sys
+from pathlib import Path
+from bertconv import storage
+stored, _ = storage.read_header(Path(sys.argv[1]))
+tensors = {{"t": {transform}(stored["t"])}}
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+storage.write_safetensors(Path(sys.argv[2]), tensors, {{}})
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+def peak_mb(transform: str, src, dst) -> int:
+    code = textwrap.dedent(PEAK.format(transform=transform))
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(src), str(dst)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+def test_writing_streams_a_tensor_at_a_time(tmp_path):
+    """A 128 MB tensor: copied by the kernel with almost no memory, transposed holding it once
+    (the target: the largest tensor plus 64 MB)."""
+    big = torch.arange(4096 * 8192, dtype=torch.float32).view(4096, 8192)
+    save_file({"t": big}, tmp_path / "big.safetensors")
+    assert peak_mb("", tmp_path / "big.safetensors", tmp_path / "copy.safetensors") < 16
+    assert (
+        peak_mb("storage.transpose", tmp_path / "big.safetensors", tmp_path / "t.safetensors")
+        < 128 + 64
+    )
+    assert torch.equal(load_file(tmp_path / "t.safetensors")["t"], big.T)
