@@ -40,10 +40,11 @@ bench: $(INSTALLED)
 	cd bench && ../$(BIN)/python run_all.py
 
 # The GPU half, on a machine with a GPU where torch, transformers, safetensors,
-# huggingface_hub, typer and tokenizers are installed: parity in float32 (TF32 off) and
-# bfloat16, and the forward benchmark, into docs/benchmarks-gpu.md.
+# huggingface_hub, typer and tokenizers are installed (no network there: nothing is fetched,
+# not even the build backend): parity in float32 (TF32 off) and bfloat16, and the forward
+# benchmark, into docs/benchmarks-gpu.md.
 bench-gpu:
-	pip install -q --no-deps -e .
+	pip install -q --no-deps --no-build-isolation -e .
 	cd bench && python run_all.py --gpu
 
 clean:

@@ -1,5 +1,5 @@
-"""Reading checkpoint directories and writing converted ones. The only module that touches weight
-files; conversion itself is in convert.py.
+"""Checkpoint directories: which files hold the weights, config and tokenizer; reading them,
+and writing converted ones whole or not at all. The bytes of the tensors are storage.py's.
 
 A checkpoint directory holds config.json and the weights, in the first of these forms found:
 model.safetensors, model.safetensors.index.json (shards), pytorch_model.bin,
@@ -44,7 +44,7 @@ class Checkpoint:
     path: Path
     config: BertConfig
     config_dict: dict
-    state_dict: dict  # name -> torch.Tensor, as the files hold them
+    state_dict: dict  # name -> storage.Tensor (a reference to its bytes), as the files hold them
     layout: str  # bertconv's metadata says which; official otherwise
     metadata: dict[str, str]
 
