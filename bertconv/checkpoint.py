@@ -214,13 +214,13 @@ def output_lock(out: Path) -> Iterator[None]:
     waits for the first, then finds it done. The lock file lives in the temp directory, named
     after the output's absolute path, so that nothing is left beside the output."""
     import fcntl
-    import hashlib
-    import tempfile
+    from binascii import crc32
 
-    locks = Path(tempfile.gettempdir()) / "bertconv-locks"
-    locks.mkdir(exist_ok=True)
-    key = hashlib.sha1(str(Path(out).resolve()).encode()).hexdigest()
-    with open(locks / f"{key}.lock", "w") as lock:
+    # One lock per output path; a rare clash between two paths only makes them take turns.
+    where = Path(os.environ.get("TMPDIR", "/tmp")) / "bertconv-locks"
+    where.mkdir(exist_ok=True)
+    path = Path(out).resolve()
+    with open(where / f"{path.name}-{crc32(str(path).encode()):08x}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or the process ends
         yield
 

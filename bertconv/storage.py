@@ -16,10 +16,10 @@ import os
 import struct
 from array import array
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from functools import cache
 from itertools import zip_longest
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import CheckpointError
 
@@ -34,8 +34,7 @@ PAGE = 4096
 CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
-class Stored:
+class Stored(NamedTuple):
     """A tensor stored in a file: bytes [start, end) of `path`, row-major."""
 
     path: Path
@@ -45,8 +44,7 @@ class Stored:
     end: int
 
 
-@dataclass(frozen=True)
-class InMemory:
+class InMemory(NamedTuple):
     """A tensor whose bytes are in memory (a generated buffer, a tensor read from a .bin file)."""
 
     dtype: str
@@ -54,8 +52,7 @@ class InMemory:
     data: bytes
 
 
-@dataclass(frozen=True)
-class Joined:
+class Joined(NamedTuple):
     """Tensors stacked along their first dimension (a fused projection, say)."""
 
     parts: tuple
@@ -63,8 +60,7 @@ class Joined:
     shape: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class Transposed:
+class Transposed(NamedTuple):
     """A 2-D tensor transposed; its bytes are computed when written or loaded."""
 
     source: object
