@@ -9,7 +9,6 @@ _LAZY = {
     "BertModel": "bertconv.model",
     "BertForPreTraining": "bertconv.model",
     "load": "bertconv.api",
-    "convert": "bertconv.convert",
     "BertconvError": "bertconv.errors",
 }
 __all__ = sorted(_LAZY)

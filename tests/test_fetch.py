@@ -20,9 +20,12 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 TOKEN = "hf_secret_token_for_tests"
 
 
+CLI = [sys.executable, "-c", "from bertconv.cli import main; main()"]  # the console script
+
+
 def bertconv(*args, env: dict, cwd=None, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", "from bertconv.cli import main; main()", *args],
+        [*CLI, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -283,9 +286,7 @@ def test_killed_while_writing_leaves_the_old_output_intact(hub, env, tmp_path):
     old = {p.name: p.read_bytes() for p in out.iterdir()}
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-c",
-            "from bertconv.cli import main; main()",
+            *CLI,
             "fetch",
             MINILM,
             "--out",
@@ -308,9 +309,7 @@ def test_killed_while_writing_leaves_the_old_output_intact(hub, env, tmp_path):
 def test_two_fetches_at_once_both_succeed_with_one_result(hub, env, tmp_path):
     out = tmp_path / "out"
     cmd = [
-        sys.executable,
-        "-c",
-        "from bertconv.cli import main; main()",
+        *CLI,
         "fetch",
         MINILM,
         "--out",
