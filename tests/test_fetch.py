@@ -285,13 +285,7 @@ def test_killed_while_writing_leaves_the_old_output_intact(hub, env, tmp_path):
     assert bertconv("fetch", "org/tiny", "--out", str(out), env=env).returncode == 0
     old = {p.name: p.read_bytes() for p in out.iterdir()}
     proc = subprocess.Popen(
-        [
-            *CLI,
-            "fetch",
-            MINILM,
-            "--out",
-            str(out),
-        ],
+        [*CLI, "fetch", MINILM, "--out", str(out)],
         env=env,
         stderr=subprocess.DEVNULL,
     )
@@ -308,13 +302,7 @@ def test_killed_while_writing_leaves_the_old_output_intact(hub, env, tmp_path):
 
 def test_two_fetches_at_once_both_succeed_with_one_result(hub, env, tmp_path):
     out = tmp_path / "out"
-    cmd = [
-        *CLI,
-        "fetch",
-        MINILM,
-        "--out",
-        str(out),
-    ]
+    cmd = [*CLI, "fetch", MINILM, "--out", str(out)]
     procs = [subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(p.wait(), p.stderr.read()) for p in procs]
     assert [code for code, _ in results] == [0, 0], results
