@@ -103,9 +103,8 @@ def from_official(
 ) -> dict[str, storage.Tensor]:
     """Write official tensors into layout `dst`'s names. Rows whose tensors are absent (the
     heads of a BertModel checkpoint) are left out."""
-    with_heads = any(name in official for name in head_names(config))
-    prefix = dst.prefix if with_heads else ""
     heads = set(head_names(config))
+    prefix = dst.prefix if heads & official.keys() else ""
     out = {}
     for name, row in dst.rows.items():
         if all(o in official for o in row.official):

@@ -178,3 +178,19 @@ def test_a_plain_install_finds_the_mapping_tables(tmp_path):
         str(tmp_path / "bertconv" / "mapping.py"),
         "['bertconv', 'minbert', 'transformers']",
     ], shown.stderr
+
+
+def test_a_renaming_conversion_never_imports_torch(checkpoints, tmp_path):
+    """Renaming needs no tensor arithmetic: convert reads headers and copies bytes."""
+    probe = (
+        "import sys\n"
+        f"sys.argv = ['bertconv', 'convert', {str(checkpoints['legacy'])!r}, '--to', 'minbert',"
+        f" '--out', {str(tmp_path / 'out')!r}]\n"
+        "from bertconv.cli import main\n"
+        "try: main()\nexcept SystemExit as e: assert not e.code, e.code\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "False"
+    assert (tmp_path / "out" / "model.safetensors").is_file()
