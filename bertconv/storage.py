@@ -10,10 +10,12 @@ almost nothing in memory. `to_torch` (torch imported only there) maps stored ten
 without copying them.
 """
 
+import errno
 import json
 import mmap
 import os
 import struct
+import threading
 from array import array
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -32,6 +34,9 @@ ITEM_SIZE = {
 MAX_HEADER = 100 << 20  # safetensors' own limit
 PAGE = 4096
 CHUNK = 1 << 20
+ALIGN = 1 << 16  # the kernel's copy step: a pipe's 16 pages
+STEP = 64 << 20  # bytes per copy call, so that progress moves
+PARALLEL = 64 << 20  # ranges from this size are copied in two halves at once
 
 
 class Stored(NamedTuple):
@@ -215,10 +220,23 @@ def write_safetensors(
     first = _source_position(tensors[order[0]])[1] if order else 0
     encoded = _padded(json.dumps(header, separators=(",", ":")).encode(), first)
     with open(path, "wb") as out:
+        _reserve(out.fileno(), 8 + len(encoded) + offset)
         out.write(struct.pack("<Q", len(encoded)) + encoded)
         # A generator: transformed tensors are computed one at a time, as they are written.
         parts = (p for name in order for p in pieces(tensors[name]))
         _copy(parts, out, progress or (lambda n: None))
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Allocate the file's blocks before writing it. On ext4 the copy is then ~25% faster than
+    with blocks allocated as pages are written back, and a full disk fails here, before a byte is
+    written. File systems that cannot preallocate are written as they are."""
+    allocate = getattr(os, "posix_fallocate", None)  # not on macOS
+    try:
+        allocate and allocate(fd, 0, size)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
 
 
 def _source_position(t: Tensor) -> tuple[str, int]:
@@ -235,7 +253,7 @@ def _padded(header: bytes, data_start: int) -> bytes:
 
 
 def _copy(parts: Iterator, out, progress: Callable[[int], None]) -> None:
-    """Write bytes as they are and file ranges by copy_file_range, merging adjacent ranges."""
+    """Write bytes as they are and file ranges by the kernel, merging adjacent ranges."""
     for run in _merged(parts):
         if isinstance(run, bytes):
             out.write(run)
@@ -243,8 +261,10 @@ def _copy(parts: Iterator, out, progress: Callable[[int], None]) -> None:
             continue
         out.flush()
         path, start, end = run
+        position = out.tell()
         with open(path, "rb") as src:
-            _copy_range(src.fileno(), out.fileno(), start, end - start, progress)
+            _copy_range(src.fileno(), out.fileno(), start, position, end - start, progress)
+        out.seek(position + end - start)
 
 
 def _merged(parts: Iterator) -> Iterator[bytes | tuple[Path, int, int]]:
@@ -262,16 +282,61 @@ def _merged(parts: Iterator) -> Iterator[bytes | tuple[Path, int, int]]:
         yield run
 
 
-def _copy_range(src: int, dst: int, offset: int, count: int, progress) -> None:
+def _copy_range(src: int, dst: int, offset: int, position: int, count: int, progress) -> None:
+    """Copy `count` bytes at `offset` in `src` to `position` in `dst`, a large range in two
+    halves at once: the kernel's copy is CPU work, and a second core makes it ~10% faster."""
+    lock = threading.Lock()
+    failed = []
+
+    def copy(spans: list[tuple[int, int, int]]) -> None:
+        def report(n: int) -> None:
+            with lock:
+                progress(n)
+
+        try:
+            for span in spans:
+                _copy_span(src, dst, *span, report)
+        except BaseException as e:  # raised again in the calling thread
+            failed.append(e)
+
+    mine, *others = _spans(offset, position, count)
+    helpers = [threading.Thread(target=copy, args=(spans,)) for spans in others]
+    for helper in helpers:
+        helper.start()
+    copy(mine)
+    for helper in helpers:
+        helper.join()
+    if failed:
+        raise failed[0]
+
+
+def _spans(offset: int, position: int, count: int) -> list[list[tuple[int, int, int]]]:
+    """The (offset, position, count) pieces to copy, a list per thread: up to the output's next
+    64 KiB boundary, then the rest, in two halves where it is large. The kernel copies 64 KiB at
+    a time; steps that start on such a boundary fill whole large pages of the page cache (~25%
+    faster on ext4)."""
+    head = min(count, -position % ALIGN)
+    rest = count - head
+    split = head + rest // 2 // ALIGN * ALIGN if rest >= PARALLEL else count
+
+    def span(start: int, end: int) -> tuple[int, int, int]:
+        return offset + start, position + start, end - start
+
+    threads = [[span(0, head), span(head, split)], [span(split, count)]]
+    return [[s for s in spans if s[2]] for spans in threads[: 2 if split < count else 1]]
+
+
+def _copy_span(src: int, dst: int, offset: int, position: int, count: int, progress) -> None:
     kernel_copy = getattr(os, "copy_file_range", None)  # Linux only
     while count:
+        step = min(count, STEP)
         try:
-            done = kernel_copy(src, dst, min(count, 1 << 30), offset)
+            done = kernel_copy(src, dst, step, offset, position)
         except (OSError, TypeError):  # none here, or not across these file systems
-            done = os.write(dst, os.pread(src, min(count, CHUNK), offset))
+            done = os.pwrite(dst, os.pread(src, min(step, CHUNK), offset), position)
         if done == 0:
             raise CheckpointError(f"source file ended {count} bytes early")
-        offset, count = offset + done, count - done
+        offset, position, count = offset + done, position + done, count - done
         progress(done)
 
 

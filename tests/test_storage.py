@@ -4,7 +4,10 @@ safetensors' own loader, and it streams: peak memory stays near one tensor, not 
 import subprocess
 import sys
 import textwrap
+import threading
+from itertools import pairwise
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -34,6 +37,58 @@ def test_written_files_read_back_with_safetensors_and_keep_the_page_offset(tmp_p
     written, meta = storage.read_header(tmp_path / "out.safetensors")
     assert meta == {"format": "pt", "k": "v"}
     assert min(t.start for t in written.values()) % 4096 == source_start % 4096
+
+
+def test_spans_cover_the_range_and_start_on_64k_boundaries_after_the_first():
+    for position in (0, 8, 22368, storage.ALIGN - 1, 3 * storage.ALIGN):
+        for count in (0, 5, storage.ALIGN, storage.PARALLEL + storage.ALIGN):
+            threads = storage._spans(1000, position, count)
+            spans = [span for spans in threads for span in spans]
+            assert sorted(spans) == spans and all(n > 0 for _, _, n in spans)
+            assert sum(n for _, _, n in spans) == count
+            for (o, p, n), (o2, p2, _) in pairwise(spans):
+                assert (o + n, p + n) == (o2, p2)  # contiguous on both sides
+                assert p2 % storage.ALIGN == 0
+            assert len(threads) == (2 if count > storage.PARALLEL else 1)
+
+
+def test_large_ranges_are_copied_in_two_halves_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(storage, "PARALLEL", 2 * storage.ALIGN)
+    threads = set()
+    copy_span = storage._copy_span
+
+    def spy(*args):
+        threads.add(threading.get_ident())
+        copy_span(*args)
+
+    monkeypatch.setattr(storage, "_copy_span", spy)
+    g = torch.Generator().manual_seed(0)
+    original = {"a": torch.randn(200_000, generator=g), "b": torch.randn(3, generator=g)}
+    save_file(original, tmp_path / "in.safetensors")
+    stored, _ = storage.read_header(tmp_path / "in.safetensors")
+    renamed = {"ids": storage.arange(5, (5,)), **stored}  # bytes first: the copy starts mid-file
+    storage.write_safetensors(tmp_path / "out.safetensors", renamed, {})
+    back = load_file(tmp_path / "out.safetensors")
+    assert all(torch.equal(back[k], v) for k, v in original.items())
+    assert torch.equal(back["ids"], torch.arange(5))
+    assert len(threads) == 2
+
+
+def test_a_failure_in_the_copying_thread_is_raised(tmp_path, monkeypatch):
+    monkeypatch.setattr(storage, "PARALLEL", 2 * storage.ALIGN)
+    main = threading.get_ident()
+    copy_span = storage._copy_span
+
+    def fail_elsewhere(*args):
+        if threading.get_ident() != main:
+            raise OSError(28, "No space left on device")
+        copy_span(*args)
+
+    monkeypatch.setattr(storage, "_copy_span", fail_elsewhere)
+    save_file({"a": torch.zeros(200_000)}, tmp_path / "in.safetensors")
+    stored, _ = storage.read_header(tmp_path / "in.safetensors")
+    with pytest.raises(OSError, match="No space left"):
+        storage.write_safetensors(tmp_path / "out.safetensors", stored, {})
 
 
 def test_to_torch_maps_the_file_and_writes_stay_private(tmp_path):
