@@ -1,6 +1,7 @@
 """The `bertconv` command. Heavy imports (torch, transformers) happen inside the commands, so that
 `bertconv --help` stays instant. Errors become one message on stderr and an exit code, here only."""
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -195,6 +196,9 @@ def format_report(report) -> str:
 
 def main() -> None:
     """Run the command line; a BertconvError becomes its message on stderr and its exit code."""
+    # What is imported by now (typer, mostly) lives until exit: out of the collector's sight,
+    # it is not walked at each collection nor at exit, which saves ~8 ms a command.
+    gc.freeze()
     try:
         app()
     except BertconvError as e:
