@@ -11,6 +11,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 from . import mappings
 from .config import BertConfig
@@ -24,8 +25,7 @@ OFFICIAL = "transformers"
 TRANSFORMS = ("rename", "transpose", "concat")
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """A tensor of the layout and the official tensors it holds."""
 
     name: str
@@ -33,8 +33,7 @@ class Row:
     transform: str = "rename"  # transpose: stored (in, out); concat: official ones stacked on dim 0
 
 
-@dataclass(frozen=True)
-class Generated:
+class Generated(NamedTuple):
     """A tensor the layout's model expects that no official tensor holds (a constant buffer)."""
 
     name: str
@@ -104,7 +103,14 @@ def _official_table() -> dict:
 
 
 def official_shapes(config: BertConfig, heads: bool = True) -> dict[str, tuple[int, ...]]:
-    """Every official tensor name, in order, with the shape config.json implies."""
+    """Every official tensor name, in order, with the shape config.json implies (not to be
+    changed: it is shared between calls)."""
+    return _official_shapes(_key(config), heads)
+
+
+@cache
+def _official_shapes(config_key: tuple, heads: bool) -> dict[str, tuple[int, ...]]:
+    config = BertConfig(**dict(config_key))
     table = _official_table()
     sections = [table["tensors"], table["heads"]] if heads else [table["tensors"]]
     shapes = {}
@@ -116,7 +122,7 @@ def official_shapes(config: BertConfig, heads: bool = True) -> dict[str, tuple[i
 
 
 def head_names(config: BertConfig) -> list[str]:
-    return list(official_shapes(config).keys() - official_shapes(config, heads=False).keys())
+    return [name for name in official_shapes(config) if name not in official_shapes(config, False)]
 
 
 def _official_layout(config: BertConfig) -> Layout:
@@ -171,4 +177,9 @@ def _layout(name: str, config_key: tuple) -> Layout:
 
 def layout(name: str, config: BertConfig) -> Layout:
     """The table called `name`, expanded for `config`'s number of layers."""
-    return _layout(name, tuple(sorted(vars(config).items())))
+    return _layout(name, _key(config))
+
+
+def _key(config: BertConfig) -> tuple:
+    """`config` as a key for the caches above (a dataclass is not hashable)."""
+    return tuple(sorted(vars(config).items()))
