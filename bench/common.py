@@ -68,9 +68,7 @@ def run(argv: list[str], env: dict | None = None) -> tuple[float, float]:
     copy); its ~1 ms of start-up is in every case alike."""
     report = BENCH_DIR / "time.out"
     timer = (
-        ["/usr/bin/time", "-f", "%M", "-o", str(report)]
-        if Path("/usr/bin/time").exists()
-        else []
+        ["/usr/bin/time", "-f", "%M", "-o", str(report)] if Path("/usr/bin/time").exists() else []
     )
     start = time.perf_counter()
     done = subprocess.run(timer + argv, env=env, capture_output=True)
