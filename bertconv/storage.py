@@ -285,14 +285,13 @@ def _merged(parts: Iterator) -> Iterator[bytes | tuple[Path, int, int]]:
 def _copy_range(src: int, dst: int, offset: int, position: int, count: int, progress) -> None:
     """Copy `count` bytes at `offset` in `src` to `position` in `dst`, a large range in two
     halves at once: the kernel's copy is CPU work, and a second core makes it ~10% faster."""
-    lock = threading.Lock()
-    failed = []
+    lock, failed = threading.Lock(), []
+
+    def report(n: int) -> None:
+        with lock:  # a progress bar is not made for two threads
+            progress(n)
 
     def copy(spans: list[tuple[int, int, int]]) -> None:
-        def report(n: int) -> None:
-            with lock:
-                progress(n)
-
         try:
             for span in spans:
                 _copy_span(src, dst, *span, report)
