@@ -1,5 +1,6 @@
 """bertconv's exceptions. Each carries the exit code the command line gives it (README: Exit codes);
-the library raises them and never prints."""
+the library raises them and never prints. Every failure of `load`, `convert`, `fetch` and
+`verify` that a file or a user can cause is one of these."""
 
 
 class BertconvError(Exception):
@@ -14,6 +15,10 @@ class UsageError(BertconvError):
     exit_code = 2
 
 
+class TableError(UsageError):
+    """A mapping table that does not follow the tables' schema; the message names the row."""
+
+
 class NotFoundError(BertconvError):
     """No such directory, file, Hub repository or revision."""
 
@@ -22,7 +27,7 @@ class NotFoundError(BertconvError):
 
 class CheckpointError(BertconvError):
     """The checkpoint's tensors or config do not fit the model: missing, unexpected, wrong shape,
-    unsupported settings, unreadable files."""
+    unsupported settings, unreadable or malformed files."""
 
     exit_code = 4
 
@@ -53,3 +58,11 @@ class AuthError(HubError):
     """The repository is gated or private, and the request carried no token it accepts."""
 
     exit_code = 8
+
+
+class Interrupted(BertconvError):
+    """Ctrl-C or SIGTERM arrived; what was being written has been removed."""
+
+    def __init__(self, message: str, signal_number: int):
+        super().__init__(message)
+        self.exit_code = 128 + signal_number  # the shell's convention: 130 for SIGINT
