@@ -1,11 +1,10 @@
 """BertConfig: the model's hyper-parameters, read from transformers' config.json. Torch-free, so
 that commands which only rename tensors never import torch."""
 
-import json
+import math
 from dataclasses import dataclass, fields
-from pathlib import Path
 
-from .errors import CheckpointError, NotFoundError
+from .errors import CheckpointError
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 
@@ -18,6 +17,19 @@ ONLY_VALUE = {
     "is_decoder": False,
     "add_cross_attention": False,
 }
+
+# The size fields, each at least 1 and at most a bound far above any BERT's, so that a hostile
+# config.json cannot have bertconv build a billion layers' worth of names.
+SIZES = {
+    "vocab_size": 1 << 24,
+    "hidden_size": 1 << 16,
+    "num_hidden_layers": 1 << 10,
+    "num_attention_heads": 1 << 12,
+    "intermediate_size": 1 << 18,
+    "max_position_embeddings": 1 << 20,
+    "type_vocab_size": 1 << 16,
+}
+PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
 
 @dataclass
@@ -39,23 +51,24 @@ class BertConfig:
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "BertConfig":
-        """Keep the fields the model uses; refuse any that ask for what it does not implement."""
+        """Keep the fields the model uses, each checked by type and range; refuse any that ask
+        for what the model does not implement."""
+        if not isinstance(d, dict):
+            raise CheckpointError(f"{source}: holds a {type(d).__name__}, not a JSON object")
         problems = [
             f"{key}={d[key]!r} is not supported (only {want!r})"
             for key, want in ONLY_VALUE.items()
             if key in d and d[key] != want
         ]
-        if d.get("hidden_act", "gelu") not in ACTIVATIONS:
-            problems.append(
-                f"hidden_act={d['hidden_act']!r} is not supported (one of {ACTIVATIONS})"
-            )
         known = {f.name for f in fields(cls)}
-        config = cls(**{k: v for k, v in d.items() if k in known and v is not None})
-        if config.hidden_size % config.num_attention_heads:
-            problems.append(
-                f"hidden_size={config.hidden_size} is not a multiple of "
-                f"num_attention_heads={config.num_attention_heads}"
-            )
+        # pad_token_id may be null (no padding token): BERT's own default, 0, then serves.
+        given = {
+            k: v for k, v in d.items() if k in known and (v is not None or k != "pad_token_id")
+        }
+        problems += [p for k, v in given.items() if (p := _field_problem(k, v))]
+        if not problems:
+            config = cls(**given)
+            problems += config._consistency_problems()
         if problems:
             raise CheckpointError(
                 f"{source}: this model is not one bertconv's BERT can compute: "
@@ -64,12 +77,44 @@ class BertConfig:
             )
         return config
 
-    @classmethod
-    def from_json_file(cls, path: Path) -> "BertConfig":
-        try:
-            d = json.loads(Path(path).read_text())
-        except FileNotFoundError as e:
-            raise NotFoundError(f"{path}: no config.json; a checkpoint directory needs one") from e
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise CheckpointError(f"{path}: not valid JSON ({e}); is the download complete?") from e
-        return cls.from_dict(d, source=str(path))
+    def _consistency_problems(self) -> list[str]:
+        problems = []
+        if self.hidden_size % self.num_attention_heads:
+            problems.append(
+                f"hidden_size={self.hidden_size} is not a multiple of "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+        if self.pad_token_id >= self.vocab_size:
+            problems.append(
+                f"pad_token_id={self.pad_token_id} is not below vocab_size={self.vocab_size}"
+            )
+        return problems
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _field_problem(name: str, value) -> str | None:
+    """What is wrong with one config.json field, if anything."""
+    if name in SIZES:
+        if not _is_int(value):
+            return f"{name}={value!r} is not an integer"
+        if not 1 <= value <= SIZES[name]:
+            return f"{name}={value!r} is outside 1..{SIZES[name]}"
+    elif name == "pad_token_id":
+        if not _is_int(value) or value < 0:
+            return f"pad_token_id={value!r} is not a token id (an integer >= 0)"
+    elif name == "hidden_act":
+        if not isinstance(value, str) or value not in ACTIVATIONS:
+            return f"hidden_act={value!r} is not supported (one of {ACTIVATIONS})"
+    elif name in PROBABILITIES:
+        if not _is_number(value) or not 0 <= value <= 1:
+            return f"{name}={value!r} is not a probability (a number in 0..1)"
+    elif name == "layer_norm_eps" and (not _is_number(value) or value <= 0):
+        return f"layer_norm_eps={value!r} is not a positive number"
+    return None
