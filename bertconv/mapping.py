@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import mappings
-from .config import BertConfig
-from .errors import UsageError
+from .config import SIZES, BertConfig
+from .errors import TableError, UsageError
 
 TABLES = Path(
     mappings.__file__
@@ -23,6 +23,23 @@ TABLES = Path(
 
 OFFICIAL = "transformers"
 TRANSFORMS = ("rename", "transpose", "concat")
+TABLE_LIMIT = 1 << 20  # bytes: a table is a few KB
+MAX_DIM = 1 << 24
+LISTED = 12  # rows named in one error
+# The keys of a table, each with the type of its value. REQUIRED must be there.
+LAYOUT_KEYS = {"name": str, "description": str, "tensors": dict, "generated": dict}
+OFFICIAL_KEYS = {
+    "name": str,
+    "description": str,
+    "prefix": str,
+    "unprefixed": str,
+    "ignored": list,
+    "tensors": dict,
+    "heads": dict,
+    "aliases": dict,
+    "tied": dict,
+}
+LAYOUT_REQUIRED = {"name", "description", "tensors"}
 
 
 class Row(NamedTuple):
@@ -61,22 +78,150 @@ class Layout:
 
 
 def _table(name: str) -> dict:
-    try:
-        text = (TABLES / f"{name}.toml").read_text()
-    except FileNotFoundError:
+    """A shipped table, by name. Names are looked up, never joined into a path."""
+    if name not in layout_names():
         raise UsageError(
             f"no layout {name!r}; known layouts: {', '.join(layout_names())} "
             "(`bertconv layouts` describes them)"
-        ) from None
-    return tomllib.loads(text)
+        )
+    return read_table(TABLES / f"{name}.toml")
 
 
+@cache
 def layout_names() -> list[str]:
     return sorted(f.stem for f in TABLES.glob("*.toml"))
 
 
 def describe_layouts() -> list[tuple[str, str]]:
     return [(name, _table(name)["description"]) for name in layout_names()]
+
+
+def read_table(path: Path) -> dict:
+    """Parse a table and hold it to the schema: errors name the file, the row and its line."""
+    from .files import open_regular
+
+    with open_regular(path) as f:
+        raw = f.read(TABLE_LIMIT + 1)
+    if len(raw) > TABLE_LIMIT:
+        raise TableError(f"{path}: larger than {TABLE_LIMIT >> 10} KB; not a mapping table")
+    try:
+        text = raw.decode("utf-8")
+        table = tomllib.loads(text)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
+        raise TableError(f"{path}: not a TOML table ({e or type(e).__name__})") from None
+    problems = _schema_problems(table, path.stem == OFFICIAL)
+    if problems:
+        lines = [f"  {_line(text, key)}: {problem}" for key, problem in problems[:LISTED]]
+        raise TableError(f"{path}: not a valid mapping table:\n" + "\n".join(lines))
+    return table
+
+
+def _line(text: str, key: str) -> str:
+    """Where a row is written, for messages: `line N` (or the section, if the key is not found)."""
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith((f'"{key}"', f"{key} ", f"{key}=", f"[{key}]")):
+            return f"line {number} ({key})"
+    return key
+
+
+def _schema_problems(table: dict, official: bool) -> list[tuple[str, str]]:
+    """(row, problem) for each way `table` breaks the schema of its kind."""
+    allowed = OFFICIAL_KEYS if official else LAYOUT_KEYS
+    required = set(OFFICIAL_KEYS) if official else LAYOUT_REQUIRED
+    problems = [(k, f"unknown key; one of {', '.join(allowed)}") for k in table if k not in allowed]
+    for key, kind in allowed.items():
+        if key in table and not isinstance(table[key], kind):
+            problems.append((key, f"should be a {kind.__name__}"))
+        elif key not in table and key in required:
+            problems.append((key, "missing"))
+    if problems:
+        return problems
+    if official:
+        return _official_problems(table)
+    return _row_problems(table["tensors"]) + _generated_problems(table.get("generated", {}))
+
+
+def _official_problems(table: dict) -> list[tuple[str, str]]:
+    problems = []
+    for section in ("tensors", "heads"):
+        for name, dims in table[section].items():
+            if not isinstance(dims, list) or not all(_is_dim(d) for d in dims):
+                problems.append((name, "a shape is a list of sizes or config.json size fields"))
+    names = set(table["tensors"]) | set(table["heads"])
+    for section in ("aliases", "tied"):
+        for name, target in table[section].items():
+            if not isinstance(target, str) or target not in names:
+                problems.append((name, f"{target!r} is not an official tensor"))
+    if not all(isinstance(n, str) for n in table["ignored"]):
+        problems.append(("ignored", "a list of tensor names"))
+    return problems
+
+
+def _row_problems(rows: dict) -> list[tuple[str, str]]:
+    """Each row maps one of the layout's names onto official names: known ones, with `{layer}`
+    on both sides or neither, through a known transform, each official name claimed once, and
+    every encoder tensor claimed."""
+    official = _official_table()
+    known = set(official["tensors"]) | set(official["heads"])
+    problems, claimed = [], {}
+    for name, spec in rows.items():
+        targets, problem = _row_targets(spec)
+        for target in targets:
+            if target not in known:
+                problem = problem or f"{target!r} is not an official tensor"
+            elif ("{layer}" in target) != ("{layer}" in name):
+                problem = problem or "{layer} must appear on both sides of a row, or neither"
+            elif target in claimed:
+                problem = problem or f"{target!r} is claimed by {claimed[target]!r} too"
+            claimed.setdefault(target, name)
+        if problem:
+            problems.append((name, problem))
+    unclaimed = [n for n in official["tensors"] if n not in claimed]
+    if unclaimed and not problems:
+        problems.append(("tensors", "no row for the encoder tensors " + ", ".join(unclaimed[:5])))
+    heads = [n for n in official["heads"] if n in claimed]
+    if heads and len(heads) != len(official["heads"]) and not problems:
+        problems.append(("tensors", "the pre-training heads come all or none"))
+    return problems
+
+
+def _row_targets(spec) -> tuple[list[str], str | None]:
+    """The official names a row's value names, and what is wrong with its form, if anything."""
+    if isinstance(spec, str):
+        return [spec], None
+    if isinstance(spec, dict) and len(spec) == 1:
+        ((transform, target),) = spec.items()
+        if transform not in TRANSFORMS:
+            return [], f"unknown transform {transform!r}; one of {', '.join(TRANSFORMS)}"
+        targets = [target] if isinstance(target, str) else target
+        if (
+            isinstance(targets, list)
+            and all(isinstance(t, str) for t in targets)
+            and (transform == "concat") == (len(targets) > 1)
+        ):
+            return targets, None
+    return [], 'a row is "official name" or { transform = "official name" or [names] }'
+
+
+def _generated_problems(generated: dict) -> list[tuple[str, str]]:
+    problems = []
+    for name, spec in generated.items():
+        if (
+            not isinstance(spec, dict)
+            or set(spec) != {"arange", "shape"}
+            or not _is_dim(spec["arange"])
+            or not isinstance(spec["shape"], list)
+            or not all(_is_dim(d) for d in spec["shape"])
+        ):
+            problems.append((name, "a generated buffer is { arange = SIZE, shape = [SIZES] }"))
+    return problems
+
+
+def _is_dim(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    return (isinstance(value, int) and 0 <= value <= MAX_DIM) or value in SIZES
 
 
 def _expand(pattern: str, num_layers: int) -> list[str]:
