@@ -5,20 +5,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import storage
+from . import files, storage
 from .checkpoint import (
     HEADS_KEY,
     LAYOUT_KEY,
     REVISION_KEY,
     SOURCE_KEY,
+    TOKENIZER_FILES,
     Checkpoint,
-    output_lock,
     read_checkpoint,
     read_metadata,
+    tokenizer_files,
     write_checkpoint,
 )
 from .convert import Conversion, convert
 from .errors import BertconvError, NotFoundError
+
+WRITTEN = ("model.safetensors", "config.json", *TOKENIZER_FILES)  # what a conversion writes
 
 if TYPE_CHECKING:
     from . import hub
@@ -77,17 +80,27 @@ def up_to_date(out: Path, source: str, revision: str, layout: str, heads: bool |
     )
 
 
+@dataclass
+class Converted:
+    """What a conversion read, made and wrote."""
+
+    checkpoint: Checkpoint
+    conversion: Conversion
+    written: list[Path]
+    nonfinite: list[str]  # tensors of the source holding NaN or Inf, copied as they are
+
+
 def convert_checkpoint(
     src: Source,
     out: Path,
     to_layout: str = "bertconv",
     from_layout: str | None = None,
     heads: bool | None = None,
-) -> tuple[Checkpoint, Conversion, list[Path]]:
+) -> Converted:
     """Read `src`, convert it into `to_layout` and write it to `out` (see write_checkpoint).
     Conversions into the same `out` at once take turns."""
-    with output_lock(out):
-        return _convert_into(src, out, to_layout, from_layout, heads)
+    with files.Output(out) as output:
+        return _convert_into(src, output, to_layout, from_layout, heads)
 
 
 def fetch(
@@ -97,21 +110,22 @@ def fetch(
     revision: str | None = None,
     heads: bool | None = None,
     say=_quiet,
-) -> tuple["hub.Remote", Conversion | None]:
+) -> tuple["hub.Remote", Converted | None]:
     """Download a Hub model and convert it into `out`. Where `out` already holds that commit in
     that layout, nothing is downloaded or written, and the conversion returned is None."""
     from . import hub
 
     remote = hub.locate(model_id, revision)
-    with output_lock(out):
+    with files.Output(out) as output:
         if up_to_date(out, model_id, remote.commit, to_layout, heads):
             return remote, None
         src = fetch_source(remote, say)
-        return remote, _convert_into(src, out, to_layout, None, heads)[1]
+        return remote, _convert_into(src, output, to_layout, None, heads)
 
 
-def _convert_into(src, out, to_layout, from_layout, heads):
+def _convert_into(src: Source, output: files.Output, to_layout, from_layout, heads) -> Converted:
     ckpt = read_checkpoint(src.path, from_layout)
+    output.check_not_source(src.path, [*ckpt.files, *tokenizer_files(src.path)], WRITTEN)
     result = convert(ckpt.state_dict, ckpt.config, ckpt.layout, to_layout, heads, str(src.path))
     metadata = {
         LAYOUT_KEY: to_layout,
@@ -119,8 +133,9 @@ def _convert_into(src, out, to_layout, from_layout, heads):
         REVISION_KEY: src.revision or ckpt.metadata.get(REVISION_KEY, ""),
         HEADS_KEY: str(result.heads).lower(),
     }
-    written = write_checkpoint(out, result.state_dict, ckpt.config_dict, metadata, src.path)
-    return ckpt, result, written
+    nonfinite = storage.nonfinite(ckpt.state_dict)
+    written = write_checkpoint(output, result.state_dict, ckpt.config_dict, metadata, src.path)
+    return Converted(ckpt, result, written, nonfinite)
 
 
 def load(

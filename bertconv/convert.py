@@ -8,6 +8,7 @@ collected, and raised once, all of them, naming each tensor. Tensors are storage
 (storage.py): converting moves names and byte ranges, not data, and needs no torch.
 """
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from . import storage
@@ -17,6 +18,7 @@ from .mapping import OFFICIAL, Layout, head_names, layout, official_shapes
 
 # How many names an error lists per kind of problem before it says "and N more".
 LISTED = 12
+FLOATS = ("F32", "F16", "BF16", "F64")  # what a parameter may be stored as
 
 
 @dataclass
@@ -28,16 +30,18 @@ class Problems:
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     shapes: list[str] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
     values: list[str] = field(default_factory=list)
 
     def raise_if_any(self) -> None:
-        if not (self.missing or self.unexpected or self.shapes or self.values):
+        if not (self.missing or self.unexpected or self.shapes or self.dtypes or self.values):
             return
         lines = [f"{self.source}: its tensors do not fit the {self.layout!r} layout."]
         for label, names in [
             ("missing tensors", self.missing),
             ("unexpected tensors, which no table maps", self.unexpected),
             ("wrong shapes", self.shapes),
+            ("wrong dtypes", self.dtypes),
             ("wrong values", self.values),
         ]:
             if names:
@@ -48,6 +52,11 @@ class Problems:
         raise CheckpointError("\n".join(lines))
 
     def advice(self) -> str:
+        if self.dtypes and not (self.missing or self.unexpected or self.shapes):
+            return (
+                "What to do: every parameter must be stored in one floating-point dtype; cast "
+                "the checkpoint to one (float32, say) and save it again."
+            )
         if self.shapes and not (self.missing or self.unexpected):
             return "What to do: check that config.json is the one that came with these weights."
         if self.layout != OFFICIAL:
@@ -76,6 +85,7 @@ def to_official(
     """Read a state dict in layout `src` into the official names, checking everything."""
     problems = Problems(source, src.name)
     official: dict[str, storage.Tensor] = {}
+    named: dict[str, str] = {}  # official name -> the name the file gives it, for messages
     tied = {}
     for name, tensor in state_dict.items():
         if name in src.ignored:
@@ -90,10 +100,12 @@ def to_official(
                 if official_name in official and not storage.equal(official[official_name], part):
                     problems.values.append(f"{name} differs from the other copy of {official_name}")
                 official[official_name] = part
+                named[official_name] = name
         else:
             problems.unexpected.append(name)
     _check_tied(tied, official, src, problems)
-    _check_complete(official, config, src, problems)
+    _check_complete(official, config, src, named, problems)
+    _check_dtypes(official, named, problems)
     problems.raise_if_any()
     return official
 
@@ -164,7 +176,9 @@ def _pack(row, tensors: list[storage.Tensor]) -> storage.Tensor:
 
 def _check_generated(name: str, tensor: storage.Tensor, src: Layout, problems: Problems) -> None:
     gen = src.generated[name]
-    if not storage.equal(tensor, storage.arange(gen.arange, gen.shape)):
+    if tensor.shape != gen.shape or not storage.equal(
+        tensor, storage.arange(gen.arange, gen.shape)
+    ):
         problems.values.append(f"{name} should be arange({gen.arange}) of shape {gen.shape}")
 
 
@@ -178,7 +192,9 @@ def _check_tied(tied: dict, official: dict, src: Layout, problems: Problems) -> 
             )
 
 
-def _check_complete(official: dict, config: BertConfig, src: Layout, problems: Problems) -> None:
+def _check_complete(
+    official: dict, config: BertConfig, src: Layout, named: dict[str, str], problems: Problems
+) -> None:
     """Every encoder tensor, the heads all or none, each the shape config.json implies."""
     wanted = official_shapes(config)
     heads = [n for n in head_names(config) if n in wanted]
@@ -189,9 +205,22 @@ def _check_complete(official: dict, config: BertConfig, src: Layout, problems: P
                 problems.missing.append(_layout_name(name, src))
         elif tuple(official[name].shape) != shape:
             problems.shapes.append(
-                f"{_layout_name(name, src)} is {tuple(official[name].shape)}, "
-                f"config.json implies {shape}"
+                f"{named[name]} is {tuple(official[name].shape)}, config.json implies {shape}"
             )
+
+
+def _check_dtypes(official: dict, named: dict[str, str], problems: Problems) -> None:
+    """Parameters in one floating-point dtype: the model holds them so, and computes in it."""
+    counts = Counter(t.dtype for t in official.values())
+    usual = max(counts, key=lambda d: (d in FLOATS, counts[d])) if counts else None
+    for name, tensor in official.items():
+        if tensor.dtype not in FLOATS:
+            problems.dtypes.append(
+                f"{named[name]} is {tensor.dtype}; a parameter is floating point "
+                f"({', '.join(FLOATS)})"
+            )
+        elif tensor.dtype != usual:
+            problems.dtypes.append(f"{named[name]} is {tensor.dtype}, the other parameters {usual}")
 
 
 def _layout_name(official_name: str, src: Layout) -> str:
