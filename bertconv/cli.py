@@ -1,20 +1,26 @@
 """The `bertconv` command. Heavy imports (torch, transformers) happen inside the commands, so that
 `bertconv --help` stays instant. Errors become one message on stderr and an exit code, here only."""
 
+import functools
 import gc
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from .errors import BertconvError, UsageError
+from .errors import BertconvError, Interrupted, UsageError
+
+INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug in bertconv, never the user's doing
 
 app = typer.Typer(
     add_completion=False,
     rich_markup_mode="markdown",
     no_args_is_help=True,
+    pretty_exceptions_enable=False,
     help="Bring official pretrained BERT weights into from-scratch BERT code, and prove that they "
     "compute the same thing. Exit codes: 0 ok, 1 verify found a difference, 2 usage, 3 not found, "
     "4 bad checkpoint, 5 Hub unreachable or download broken, 6 missing extra, 7 output not "
@@ -52,7 +58,26 @@ def say(message: str) -> None:
     typer.echo(message, err=True)
 
 
-@app.command()
+def command(function):
+    """A command of the app whose Ctrl-C (or SIGTERM) reaches main() as a bertconv error: typer
+    would turn it into a bare exit 130 before main() could say what became of the output."""
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except KeyboardInterrupt as e:
+            number = e.args[0] if e.args and isinstance(e.args[0], int) else signal.SIGINT
+            what = "terminated (SIGTERM)" if number == signal.SIGTERM else "interrupted (Ctrl-C)"
+            raise Interrupted(
+                f"{what}; files being written were removed, the output directory is as it was",
+                number,
+            ) from None
+
+    return app.command()(run)
+
+
+@command
 def layouts() -> None:
     """List the layouts, the parameter-naming schemes bertconv converts between."""
     from .mapping import describe_layouts
@@ -61,7 +86,7 @@ def layouts() -> None:
         typer.echo(f"{name:14s} {description}")
 
 
-@app.command()
+@command
 def convert(
     source: Annotated[str, typer.Argument(help="Checkpoint directory, or a Hub model id.")],
     to: Layout = "bertconv",
@@ -84,7 +109,7 @@ def convert(
     _convert(resolve(source, revision, say), to, out, from_layout, heads)
 
 
-@app.command()
+@command
 def fetch(
     model_id: Annotated[str, typer.Argument(help="Hub model id, e.g. bert-base-uncased.")],
     revision: Revision = None,
@@ -135,19 +160,26 @@ def _convert(src, to: str, out: Path | None, from_layout: str | None, heads: boo
     from .api import convert_checkpoint
 
     out = out or _default_out(src.name, to)
-    _, result, _ = convert_checkpoint(src, out, to, from_layout, heads)
-    _report(result, to, out, heads)
+    _report(convert_checkpoint(src, out, to, from_layout, heads), to, out, heads)
     typer.echo(out)
 
 
-def _report(result, to: str, out: Path, heads: bool | None) -> None:
+def _report(converted, to: str, out: Path, heads: bool | None) -> None:
+    result = converted.conversion
     if result.dropped_heads:
         why = "as asked" if heads is False else f"the {to!r} layout has no place for them"
         say(f"left out the pre-training heads ({len(result.dropped_heads)} tensors): {why}")
+    if converted.nonfinite:
+        names = converted.nonfinite
+        shown = ", ".join(names[:12]) + (f", and {len(names) - 12} more" if len(names) > 12 else "")
+        say(
+            f"warning: {len(names)} tensors of the source hold NaN or Inf, copied as they are: "
+            f"{shown}"
+        )
     say(f"wrote {len(result.state_dict)} tensors in the {to!r} layout to {out}")
 
 
-@app.command()
+@command
 def verify(
     source: Annotated[
         str, typer.Argument(help="Checkpoint directory (official or converted), or a Hub model id.")
@@ -190,20 +222,50 @@ def format_report(report) -> str:
         line = f"{row.name:12s} {row.max_abs:10.2e} {row.mean_abs:10.2e} {row.limit:10.2e}"
         line += f" {row.reference_max_abs:13.2e}" if low else ""
         lines.append(line + ("  ok" if row.passed else "  FAIL"))
-    lines.append("PASSED" if report.passed else "FAILED: outside tolerance")
+    if report.nonfinite:
+        lines.append(f"weights holding NaN or Inf ({len(report.nonfinite)}):")
+        lines += [f"  {name}" for name in report.nonfinite]
+    if report.passed:
+        lines.append("PASSED")
+    elif report.nonfinite:
+        lines.append("FAILED: weights hold NaN or Inf")
+    else:
+        lines.append("FAILED: outside tolerance")
     return "\n".join(lines)
 
 
+def _terminate(number: int, frame) -> None:
+    raise KeyboardInterrupt(number)  # so that SIGTERM cleans up as Ctrl-C does
+
+
+def run(args: list[str] | None = None) -> int:
+    """Run one command line (sys.argv's by default) and return its exit code. A BertconvError
+    becomes its message on stderr; so does a bug, in one line, never a traceback."""
+    try:
+        app(args=args, prog_name="bertconv")
+    except SystemExit as e:  # typer's way of ending, with the code
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    except BertconvError as e:
+        say(f"bertconv: error: {e}")
+        return e.exit_code
+    except KeyboardInterrupt:
+        say("bertconv: interrupted (Ctrl-C)")
+        return 130
+    except Exception as e:
+        if os.environ.get("BERTCONV_DEBUG"):
+            raise
+        say(
+            f"bertconv: internal error: {type(e).__name__}: {e}. This is a bug in bertconv: "
+            "please report it, with the traceback BERTCONV_DEBUG=1 prints"
+        )
+        return INTERNAL_ERROR
+    return 0
+
+
 def main() -> None:
-    """Run the command line; a BertconvError becomes its message on stderr and its exit code."""
+    """The `bertconv` command."""
     # What is imported by now (typer, mostly) lives until exit: out of the collector's sight,
     # it is not walked at each collection nor at exit, which saves ~8 ms a command.
     gc.freeze()
-    try:
-        app()
-    except BertconvError as e:
-        say(f"bertconv: error: {e}")
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        say("bertconv: interrupted")
-        sys.exit(130)
+    signal.signal(signal.SIGTERM, _terminate)
+    sys.exit(run())

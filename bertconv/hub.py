@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checkpoint import TOKENIZER_FILES
-from .errors import AuthError, HubError, IntegrityError, NotFoundError, OutputError
+from .errors import AuthError, HubError, IntegrityError, NotFoundError, OutputError, UsageError
 
 # The weights, in order of preference: the file that marks each form, and the files it needs.
 WEIGHTS = (
@@ -26,7 +26,7 @@ WEIGHTS = (
     ("pytorch_model.bin", ["pytorch_model.bin"]),
     ("pytorch_model.bin.index.json", ["pytorch_model.bin.index.json", "pytorch_model-*.bin"]),
 )
-REPO_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+REPO_ID = re.compile(r"^[\w.-]{1,96}(/[\w.-]{1,96})?$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")  # the ETag of a Git LFS file: its content's sha256
 GIT_SHA1 = re.compile(r"^[0-9a-f]{40}$")  # the ETag of a regular file: its git blob id
 CHUNK = 1 << 20
@@ -44,15 +44,39 @@ class Remote:
 
 
 def is_repo_id(text: str) -> bool:
-    return bool(REPO_ID.match(text)) and not text.startswith((".", "~"))
+    """`name` or `org/name` as the Hub spells them: no part starts or ends with `.` or `-`, and
+    none holds `..` or `--` (so that an id is never a path)."""
+    if not REPO_ID.match(text):
+        return False
+    parts = text.split("/")
+    return not any(
+        p.startswith((".", "-")) or p.endswith((".", "-")) or ".." in p or "--" in p for p in parts
+    )
+
+
+def check_revision(revision: str | None) -> None:
+    """A branch, tag or commit name; never one that could climb out of the cache (`..`)."""
+    if revision is None:
+        return
+    parts = revision.split("/")
+    if (
+        not revision
+        or revision.startswith("/")
+        or any(p in ("", ".", "..") for p in parts)
+        or any(c in revision for c in "\\\0")
+        or not revision.isprintable()
+    ):
+        raise UsageError(f"--revision {revision!r}: not a branch, tag or commit name")
 
 
 def files_to_fetch(repo_files: list[str]) -> list[str]:
-    """config.json, the tokenizer files there are, and one form of weights, safetensors first."""
+    """config.json, the tokenizer files there are, and one form of weights, safetensors first.
+    Only files at the top of the repository: a checkpoint's files sit side by side."""
+    top = [f for f in repo_files if isinstance(f, str) and "/" not in f and f not in (".", "..")]
     for marker, patterns in WEIGHTS:
-        if marker in repo_files:
+        if marker in top:
             wanted = ["config.json", *TOKENIZER_FILES, *patterns]
-            return [f for f in repo_files if any(fnmatch.fnmatchcase(f, p) for p in wanted)]
+            return [f for f in top if any(fnmatch.fnmatchcase(f, p) for p in wanted)]
     raise NotFoundError(
         "the repository has no weights bertconv can read (looked for "
         + ", ".join(marker for marker, _ in WEIGHTS)
@@ -65,6 +89,9 @@ def locate(model_id: str, revision: str | None = None) -> Remote:
     be reached or HF_HUB_OFFLINE is set, the cache answers, and `offline` says why."""
     from huggingface_hub import HfApi
 
+    if not is_repo_id(model_id):
+        raise UsageError(f"{model_id!r} is not a Hub model id (org/name)")
+    check_revision(revision)
     try:
         with _hub_errors(model_id, revision):
             info = HfApi().model_info(model_id, revision=revision)
@@ -197,6 +224,8 @@ def _hub_errors(model_id: str, revision: str | None, filename: str | None = None
         ) from e
     except errors.HfHubHTTPError as e:
         raise HubError(f"{what}: the Hub refused the request ({e})") from e
+    except errors.HFValidationError as e:
+        raise UsageError(f"{what}: {e}") from e
     except OSError as e:
         if e.errno == 28:  # ENOSPC
             raise OutputError(

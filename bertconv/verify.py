@@ -7,7 +7,7 @@ Tolerances, stated once:
 Only real (non-padded) positions are compared: padding positions carry no meaning.
 """
 
-import json
+import os
 import tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from . import files, storage
 from .api import Source, convert_checkpoint, load, resolve
 from .checkpoint import read_checkpoint
 from .config import BertConfig
@@ -35,6 +36,7 @@ TEXTS = [
     ("I went to the bank", "to deposit my paycheck before the river flooded the town."),
 ]
 RANDOM_BATCH, RANDOM_LENGTH, SEED = 4, 48, 0
+TOKENIZER_LIMIT = 256 << 20  # bytes; the largest real tokenizer.json files are ~20 MB
 
 
 @dataclass
@@ -57,10 +59,11 @@ class Report:
     dtype: str
     inputs: list[str]
     rows: list[Row] = field(default_factory=list)
+    nonfinite: list[str] = field(default_factory=list)  # weights holding NaN or Inf, by name
 
     @property
     def passed(self) -> bool:
-        return bool(self.rows) and all(row.passed for row in self.rows)
+        return bool(self.rows) and not self.nonfinite and all(row.passed for row in self.rows)
 
     def to_dict(self) -> dict:
         rows = [asdict(r) | {"passed": r.passed} for r in self.rows]
@@ -99,9 +102,13 @@ def reference_model(src: Source, heads: bool):
         if read_checkpoint(src.path).layout != OFFICIAL:
             path = Path(tmp)
             convert_checkpoint(src, path, to_layout=OFFICIAL, heads=heads)
-        model, info = cls.from_pretrained(
-            path, attn_implementation="sdpa", dtype=torch.float32, output_loading_info=True
-        )
+        try:
+            model, info = cls.from_pretrained(
+                path, attn_implementation="sdpa", dtype=torch.float32, output_loading_info=True
+            )
+        except Exception as e:  # bertconv read the file; whatever transformers objects to
+            reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
+            raise CheckpointError(f"{src.path}: transformers cannot read it ({reason})") from None
     unread = {k: v for k, v in info.items() if k != "error_msgs" and v}
     if unread:
         raise CheckpointError(f"{src.path}: transformers could not read all of it: {unread}")
@@ -110,28 +117,60 @@ def reference_model(src: Source, heads: bool):
 
 def tokenizer_batch(path: Path, config: BertConfig) -> dict[str, torch.Tensor] | None:
     """TEXTS through the checkpoint's own tokenizer, padded; None where it ships none."""
-    from tokenizers import Tokenizer
-    from tokenizers.implementations import BertWordPieceTokenizer
-
-    if (path / "tokenizer.json").is_file():
-        tok = Tokenizer.from_file(str(path / "tokenizer.json"))
-    elif (path / "vocab.txt").is_file():
-        tok = BertWordPieceTokenizer(str(path / "vocab.txt"), lowercase=_lowercase(path))
-    else:
+    tok = _tokenizer(path)
+    if tok is None:
         return None
     tok.enable_padding(pad_id=config.pad_token_id)
     tok.enable_truncation(config.max_position_embeddings)
     encodings = tok.encode_batch([a if b is None else (a, b) for a, b in TEXTS])
+    ids = torch.tensor([e.ids for e in encodings])
+    if ids.numel() and int(ids.max()) >= config.vocab_size:
+        raise CheckpointError(
+            f"{path}: its tokenizer gives ids up to {int(ids.max())}, but config.json says "
+            f"vocab_size={config.vocab_size}: the tokenizer is not this model's"
+        )
     return {
-        "input_ids": torch.tensor([e.ids for e in encodings]),
+        "input_ids": ids,
         "attention_mask": torch.tensor([e.attention_mask for e in encodings]),
-        "token_type_ids": torch.tensor([e.type_ids for e in encodings]),
+        # A model with one token type (type_vocab_size=1) reads a pair's second part as type 0.
+        "token_type_ids": torch.tensor([e.type_ids for e in encodings]).clamp(
+            max=config.type_vocab_size - 1
+        ),
     }
+
+
+def _tokenizer(path: Path):
+    """The checkpoint's own tokenizer: tokenizer.json, else vocab.txt; None where neither is."""
+    from tokenizers import Tokenizer
+    from tokenizers.implementations import BertWordPieceTokenizer
+
+    for name in ("tokenizer.json", "vocab.txt"):
+        file = path / name
+        if not files.is_present(file):
+            continue
+        with files.open_regular(file) as f:  # a regular file, of a tokenizer's size
+            size = os.fstat(f.fileno()).st_size
+        if size > TOKENIZER_LIMIT:
+            raise CheckpointError(
+                f"{file}: {size >> 20} MB, larger than any tokenizer ({TOKENIZER_LIMIT >> 20} MB)"
+            )
+        try:
+            if name == "tokenizer.json":
+                return Tokenizer.from_file(str(file))
+            return BertWordPieceTokenizer(str(file), lowercase=_lowercase(path))
+        except Exception as e:  # tokenizers raises its own Exception for any malformed file
+            raise CheckpointError(f"{file}: not a tokenizer that can be read ({e})") from None
+    return None
 
 
 def _lowercase(path: Path) -> bool:
     config = path / "tokenizer_config.json"
-    return json.loads(config.read_text()).get("do_lower_case", True) if config.is_file() else True
+    if not files.is_present(config):
+        return True
+    lowercase = files.read_json_object(config).get("do_lower_case", True)
+    if not isinstance(lowercase, bool):
+        raise CheckpointError(f"{config}: do_lower_case={lowercase!r} is not true or false")
+    return lowercase
 
 
 def random_batch(config: BertConfig) -> dict[str, torch.Tensor]:
@@ -154,13 +193,14 @@ def verify(source: str, device: str = "auto", dtype: str = "float32", revision: 
         raise UsageError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
     dev = pick_device(device)
     src = resolve(source, revision)
+    nonfinite = storage.nonfinite(read_checkpoint(src.path).state_dict)
     ours = load(src)
     reference = reference_model(src, heads=isinstance(ours, BertForPreTraining))
     batches = {"random ids": random_batch(ours.config)}
     text = tokenizer_batch(src.path, ours.config)
     if text is not None:
         batches = {"tokenized text": text} | batches
-    report = Report(src.name, str(dev), dtype, list(batches))
+    report = Report(src.name, str(dev), dtype, list(batches), nonfinite=nonfinite)
     with _no_tf32():
         expected = run(reference, batches.values(), dev, torch.float32)
         if dtype == "float32":
