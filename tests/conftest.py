@@ -111,3 +111,40 @@ def batch() -> dict[str, torch.Tensor]:
     types = torch.zeros_like(ids)
     types[:, 6:] = 1
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the command line in this process as a user would type it: (exit code, stdout,
+    stderr), through the same error handling as the installed command."""
+    from bertconv.cli import run
+
+    def invoke(*args) -> tuple[int, str, str]:
+        code = run([str(a) for a in args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return invoke
+
+
+@pytest.fixture(scope="session", autouse=True)
+def every_written_safetensors_file_opens_with_safetensors(tmp_path_factory):
+    """After the whole suite: each safetensors file under the session's temporary directory
+    (written by bertconv, by transformers or by a test), bar those made unreadable on purpose
+    (hostile.hostile), opens with safetensors' own reader and yields every tensor."""
+    from safetensors import safe_open
+
+    from hostile import HOSTILE
+
+    yield
+    unreadable = []
+    for path in tmp_path_factory.getbasetemp().rglob("*.safetensors"):
+        if path.is_symlink() or not path.is_file() or path.resolve() in HOSTILE:
+            continue
+        try:
+            with safe_open(path, "pt") as f:
+                for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
+                    f.get_tensor(name)
+        except Exception as e:
+            unreadable.append(f"{path}: {e}")
+    assert not unreadable, "files safetensors cannot read:\n" + "\n".join(unreadable)

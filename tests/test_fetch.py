@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from localhub import LocalHub
 from safetensors import safe_open
 from safetensors.torch import load_file
 
 from bertconv.checkpoint import LAYOUT_KEY, REVISION_KEY, SOURCE_KEY
+from localhub import LocalHub
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 TOKEN = "hf_secret_token_for_tests"

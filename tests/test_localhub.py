@@ -17,6 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 from localhub import LocalHub, git_blob_sha1, use_hub
 
 WEIGHTS = bytes(range(256)) * 8  # 2048 bytes, LFS by its name
