@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 DEMO := demo-out
 
-.PHONY: install test lint demo bench bench-gpu clean
+.PHONY: install test lint demo fuzz bench bench-gpu clean
 
 install: $(INSTALLED)
 
@@ -33,6 +33,12 @@ lint: $(INSTALLED)
 demo: $(INSTALLED)
 	$(BIN)/bertconv layouts
 	BIN=$(BIN) DEMO=$(DEMO) bash tests/demo.sh
+
+# The long fuzzing campaign (docs/reliability.md): hypothesis mutates safetensors headers, shard
+# indexes, configs, .bin files and mapping tables, each mutant run as a user would; prints the
+# figures (inputs tried, handled cleanly, code executed, files left behind). ~15 minutes.
+fuzz: $(INSTALLED)
+	cd tests && ../$(BIN)/python fuzz.py --examples 2000
 
 # Every benchmark of docs/benchmarks.md, regenerated (about 10 minutes; bert-large is 1.3 GB,
 # written once under $$BERTCONV_BENCH_DIR, default /tmp/bertconv-bench).

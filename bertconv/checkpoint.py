@@ -7,6 +7,7 @@ pytorch_model.bin.index.json (shards). `.bin` files are pickles: their globals a
 the few a state dict needs before torch reads them, with `weights_only=True`.
 """
 
+import os
 import pickletools
 import zipfile
 from collections.abc import Iterator
@@ -242,8 +243,9 @@ def _zip_globals(path: Path, f) -> set[str]:
         if len(pickles) != 1:
             raise CheckpointError(f"{path}: a zip file, but not one torch.save wrote")
         with archive.open(pickles[0]) as pkl:
-            return _globals(path, pkl)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+            return _globals(path, Bounded(pkl, pickles[0].file_size))
+    # zipfile's errors for a damaged archive: bad records, unsupported versions, encryption
+    except (zipfile.BadZipFile, NotImplementedError, RuntimeError, OSError, ValueError) as e:
         raise CheckpointError(f"{path}: not a readable PyTorch checkpoint ({e})") from None
 
 
@@ -251,7 +253,7 @@ def _legacy_globals(path: Path, f) -> set[str]:
     """torch's pre-1.6 format is pickles in a row: a magic number, the protocol, system info,
     then the state dict. Anything else (a text file, an HTML page) is refused here."""
     try:
-        magic = _first_value(f)
+        magic = _first_value(Bounded(f, os.fstat(f.fileno()).st_size))
     except (ValueError, EOFError, IndexError, KeyError, OverflowError) as e:
         raise CheckpointError(
             f"{path}: not a readable PyTorch checkpoint ({e or type(e).__name__}). "
@@ -263,9 +265,30 @@ def _legacy_globals(path: Path, f) -> set[str]:
             f"one). {_diagnose(path)}"
         )
     found = set()
+    size = os.fstat(f.fileno()).st_size
     for _ in range(3):  # protocol, system info, state dict
-        found |= _globals(path, f)
+        found |= _globals(path, Bounded(f, size - f.tell()))
     return found
+
+
+class Bounded:
+    """A stream that never reads past `size` bytes from where it starts. A pickle opcode may
+    claim a string of 2**64 bytes; reading it from this gives what is there, not an attempt to
+    allocate the claim."""
+
+    def __init__(self, stream, size: int):
+        self.stream, self.left = stream, size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        data = self.stream.read(n)
+        self.left -= len(data)
+        return data
+
+    def readline(self) -> bytes:
+        line = self.stream.readline(self.left)
+        self.left -= len(line)
+        return line
 
 
 def _first_value(f):

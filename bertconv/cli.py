@@ -24,7 +24,7 @@ app = typer.Typer(
     help="Bring official pretrained BERT weights into from-scratch BERT code, and prove that they "
     "compute the same thing. Exit codes: 0 ok, 1 verify found a difference, 2 usage, 3 not found, "
     "4 bad checkpoint, 5 Hub unreachable or download broken, 6 missing extra, 7 output not "
-    "writable, 8 gated repository (log in).",
+    "writable, 8 gated repository (log in), 70 a bug in bertconv, 130/143 interrupted.",
 )
 
 Layout = Annotated[

@@ -153,6 +153,8 @@ def _official_problems(table: dict) -> list[tuple[str, str]]:
         for name, target in table[section].items():
             if not isinstance(target, str) or target not in names:
                 problems.append((name, f"{target!r} is not an official tensor"))
+            elif ("{layer}" in name) != ("{layer}" in target):
+                problems.append((name, "{layer} must appear on both sides of a row, or neither"))
     if not all(isinstance(n, str) for n in table["ignored"]):
         problems.append(("ignored", "a list of tensor names"))
     return problems
@@ -221,7 +223,9 @@ def _generated_problems(generated: dict) -> list[tuple[str, str]]:
 def _is_dim(value) -> bool:
     if isinstance(value, bool):
         return False
-    return (isinstance(value, int) and 0 <= value <= MAX_DIM) or value in SIZES
+    return (isinstance(value, int) and 0 <= value <= MAX_DIM) or (
+        isinstance(value, str) and value in SIZES
+    )
 
 
 def _expand(pattern: str, num_layers: int) -> list[str]:

@@ -33,13 +33,17 @@ VOCAB = (
 assert len(VOCAB) == TINY["vocab_size"]
 
 
-@pytest.fixture(scope="session")
-def reference():
+def reference_model():
     """transformers' BertForPreTraining with seeded random weights, in eval mode."""
     from transformers import BertConfig, BertForPreTraining
 
     torch.manual_seed(SEED)
     return BertForPreTraining(BertConfig(**TINY)).eval()
+
+
+@pytest.fixture(scope="session")
+def reference():
+    return reference_model()
 
 
 def _legacy_names(state_dict: dict) -> dict:
@@ -56,7 +60,8 @@ def _legacy_names(state_dict: dict) -> dict:
     return out
 
 
-def _variant(reference, kind: str, path: Path) -> Path:
+def write_variant(reference, kind: str, path: Path) -> Path:
+    """The reference's weights as transformers (or an older writer) saves a `kind` checkpoint."""
     if kind == "base":
         reference.bert.save_pretrained(path)
     elif kind == "sharded":
@@ -87,7 +92,7 @@ VARIANTS = ["pretraining", "base", "sharded", "unprefixed", "legacy", "legacy-bi
 def checkpoints(reference, tmp_path_factory) -> dict[str, Path]:
     """One directory per variant, all holding the reference's weights."""
     root = tmp_path_factory.mktemp("checkpoints")
-    return {kind: _variant(reference, kind, root / kind) for kind in VARIANTS}
+    return {kind: write_variant(reference, kind, root / kind) for kind in VARIANTS}
 
 
 @pytest.fixture(scope="session")

@@ -194,3 +194,20 @@ def test_a_renaming_conversion_never_imports_torch(checkpoints, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "False"
     assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_a_bug_is_one_line_with_its_own_exit_code(checkpoints, cli, monkeypatch, tmp_path):
+    """Never a traceback, even for bertconv's own mistakes; BERTCONV_DEBUG=1 shows it."""
+    from bertconv import storage
+
+    def broken(path):
+        raise KeyError("data_offsets")
+
+    monkeypatch.setattr(storage, "read_header", broken)
+    code, _, err = cli("convert", checkpoints["base"], "--out", tmp_path / "out")
+    assert code == 70 and err.count("\n") == 1
+    assert "internal error: KeyError" in err and "BERTCONV_DEBUG=1" in err
+    monkeypatch.setenv("BERTCONV_DEBUG", "1")
+    with pytest.raises(KeyError):
+        cli("convert", checkpoints["base"], "--out", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -1,6 +1,7 @@
 """`bertconv fetch` end to end: the real huggingface_hub client over real HTTP against the local
 Hub (localhub.py), in a fresh process as a user runs it, with each fault the issue names."""
 
+import json
 import os
 import signal
 import subprocess
@@ -165,6 +166,44 @@ def test_unknown_repo_or_revision(args, code, message, env, tmp_path):
     done = bertconv("fetch", *args, "--out", str(tmp_path / "out"), env=env)
     assert done.returncode == code and message in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["org/.."], "is not a Hub model id"),
+        (["../etc"], "is not a Hub model id"),
+        (["org--x/tiny"], "is not a Hub model id"),
+        (["org/tiny-"], "is not a Hub model id"),
+        (["org/tiny", "--revision", "../../../x"], "not a branch, tag or commit name"),
+        (["org/tiny", "--revision", "/main"], "not a branch, tag or commit name"),
+    ],
+)
+def test_ids_and_revisions_that_could_be_paths_are_refused(args, message, env, tmp_path):
+    done = bertconv("fetch", *args, "--out", str(tmp_path / "out"), env=env)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_hub_index_naming_a_path_is_refused_and_nothing_made(hub, env, tmp_path, checkpoints):
+    shards = {p.name: p for p in checkpoints["sharded"].iterdir()}
+    index = json.loads(shards["model.safetensors.index.json"].read_text())
+    name = next(iter(index["weight_map"]))
+    index["weight_map"][name] = "../../../../../etc/passwd"
+    shards["model.safetensors.index.json"] = json.dumps(index).encode()
+    hub.add_repo("org/sly", shards)
+    done = bertconv("fetch", "org/sly", "--out", str(tmp_path / "out"), env=env)
+    assert done.returncode == 4 and "only plain file names" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_only_top_level_files_are_fetched(hub, env, tmp_path, checkpoints):
+    files = {p.name: p for p in checkpoints["pretraining"].iterdir()}
+    files["onnx/model.safetensors"] = b"not wanted"
+    hub.add_repo("org/nested", files)
+    done = bertconv("fetch", "org/nested", "--out", str(tmp_path / "out"), env=env)
+    assert done.returncode == 0, done.stderr
+    assert gets(hub, "onnx/model.safetensors") == 0
 
 
 def test_hub_unreachable_without_and_with_a_cached_copy(hub, tmp_path):

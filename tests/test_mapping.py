@@ -163,3 +163,65 @@ def test_transpose_and_concat_transforms_invert_each_other():
     for name, row in fused.rows.items():
         back.update(zip(row.official, _unpack(row, out[name], CONFIG), strict=True))
     assert all(storage.equal(back[n], official[n]) for n in back) and len(back) == 4
+
+
+TABLE_PROBLEMS = {
+    "an unknown official name": (
+        '"x.weight" = "encoder.layer.{layer}.attention.self.qkv.weight"',
+        "'encoder.layer.{layer}.attention.self.qkv.weight' is not an official tensor",
+    ),
+    "{layer} on one side": (
+        '"x.weight" = "encoder.layer.{layer}.output.dense.weight"',
+        "{layer} must appear on both sides",
+    ),
+    "a tensor claimed twice": (
+        '"x.{layer}.weight" = "encoder.layer.{layer}.attention.self.query.weight"',
+        "is claimed by",
+    ),
+    "an unknown transform": (
+        '"x.{layer}.weight" = { rotate = "encoder.layer.{layer}.attention.self.query.weight" }',
+        "unknown transform 'rotate'",
+    ),
+    "a concat of one": (
+        '"x.{layer}.weight" = { concat = "encoder.layer.{layer}.attention.self.query.weight" }',
+        'a row is "official name"',
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", TABLE_PROBLEMS)
+def test_a_table_that_breaks_the_schema_names_the_file_and_the_row_line(kind, tmp_path):
+    from bertconv.errors import TableError
+    from bertconv.mapping import TABLES, read_table
+
+    row, message = TABLE_PROBLEMS[kind]
+    text = (TABLES / "minbert.toml").read_text()
+    text = text.replace("[generated]", f"{row}\n\n[generated]")
+    path = tmp_path / "mybert.toml"
+    path.write_text(text)
+    line = text.splitlines().index(row) + 1
+    with pytest.raises(TableError) as err:
+        read_table(path)
+    assert str(err.value).startswith(f"{path}: not a valid mapping table")
+    assert f"line {line}" in str(err.value) and message in str(err.value)
+
+
+def test_a_table_missing_encoder_rows_or_half_the_heads_is_refused(tmp_path):
+    from bertconv.errors import TableError
+    from bertconv.mapping import TABLES, read_table
+
+    text = (TABLES / "bertconv.toml").read_text()
+    for dropped, message in [
+        ('"pooler.dense.bias" = "pooler.dense.bias"\n', "no row for the encoder tensors"),
+        ('"cls.seq_relationship.bias" = "cls.seq_relationship.bias"\n', "all or none"),
+    ]:
+        (tmp_path / "t.toml").write_text(text.replace(dropped, ""))
+        with pytest.raises(TableError, match=message):
+            read_table(tmp_path / "t.toml")
+
+
+def test_every_shipped_table_follows_the_schema():
+    from bertconv.mapping import TABLES, read_table
+
+    for name in layout_names():
+        assert read_table(TABLES / f"{name}.toml")["name"] == name
