@@ -133,9 +133,9 @@ def _convert_into(src: Source, output: files.Output, to_layout, from_layout, hea
         REVISION_KEY: src.revision or ckpt.metadata.get(REVISION_KEY, ""),
         HEADS_KEY: str(result.heads).lower(),
     }
-    nonfinite = storage.nonfinite(ckpt.state_dict)
+    nonfinite = storage.nonfinite_soon(ckpt.state_dict)
     written = write_checkpoint(output, result.state_dict, ckpt.config_dict, metadata, src.path)
-    return Converted(ckpt, result, written, nonfinite)
+    return Converted(ckpt, result, written, nonfinite())
 
 
 def load(

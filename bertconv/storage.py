@@ -296,7 +296,7 @@ def _check_coverage(tensors: dict[str, Stored], base: int, size: int) -> None:
 # NaN and Inf are the floats whose exponent bits are all set. Those bits lie in the top two bytes
 # of an element (little-endian): (the mask in the top byte, the mask in the byte below it).
 EXPONENT = {"F16": (0x7C, 0x00), "BF16": (0x7F, 0x80), "F32": (0x7F, 0x80), "F64": (0x7F, 0xF0)}
-SCAN = 16 << 20  # bytes read at a time
+SCAN = 1 << 20  # bytes read at a time: a block and its slices stay in the CPU's cache
 
 
 def nonfinite(tensors: dict[str, Tensor]) -> list[str]:
@@ -308,6 +308,29 @@ def nonfinite(tensors: dict[str, Tensor]) -> list[str]:
         for name, t in tensors.items()
         if t.dtype in EXPONENT and any(_has_nonfinite(b, t.dtype) for b in _blocks(t))
     ]
+
+
+def nonfinite_soon(tensors: dict[str, Tensor]) -> Callable[[], list[str]]:
+    """Start `nonfinite(tensors)` in a thread and return a function that waits for its answer.
+    The copy of a conversion runs in the kernel, outside the GIL, so the scan overlaps it."""
+    answer: list = []
+
+    def scan() -> None:
+        try:
+            answer.append(nonfinite(tensors))
+        except BaseException as e:  # raised again by the waiting function
+            answer.append(e)
+
+    thread = threading.Thread(target=scan, daemon=True)
+    thread.start()
+
+    def wait() -> list[str]:
+        thread.join()
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        return answer[0]
+
+    return wait
 
 
 @cache
