@@ -21,7 +21,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import CheckpointError, NotFoundError, OutputError, UsageError
+from .errors import BertconvError, CheckpointError, NotFoundError, OutputError, UsageError
 
 JSON_LIMIT = 64 << 20  # bytes; config.json is ~1 KB, a large shard index ~100 KB
 # Staged files: `.NAME.bertconv-<12 hex>.partial`. Only names of this form are ever cleared.
@@ -109,6 +109,27 @@ def plain_name(name: object, where: str) -> str:
             "are accepted"
         )
     return name
+
+
+def diagnose(path: Path) -> str:
+    """What a file that should hold weights holds instead, and what to do about it."""
+    try:
+        with open_regular(path) as f:
+            head = f.read(512).lstrip().lower()
+    except (BertconvError, OSError):
+        return "It cannot be read."
+    if head.startswith(b"version https://git-lfs"):
+        return (
+            "It is a Git LFS pointer, a small text file standing in for the weights: they were "
+            "never downloaded, or the pointer was committed in their place. In a git clone, run "
+            "`git lfs pull`."
+        )
+    if head.startswith((b"<!doctype html", b"<html")):
+        return (
+            "It is an HTML page (an error or login page?) saved in place of the weights. "
+            "Download the file again."
+        )
+    return "It may be truncated or damaged: download it again."
 
 
 class Output:

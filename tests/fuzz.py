@@ -38,6 +38,7 @@ from hostile import CANARY, malicious_payloads, split_safetensors
 
 DOCUMENTED = {0: "done", 2: "usage", 3: "not found", 4: "bad checkpoint", 7: "output"}
 TIMEOUT = 20  # seconds one run may take before it counts as a hang
+ADVICE = ("weights_only=False", "safe_globals", "can still be loaded")  # never to be given
 INTERESTING = [  # tokens that break parsers, put in place of a byte range
     b"-1", b"0", b"1e309", b"NaN", b"null", b"true", b"[]", b"{}", b'"', b"\\u0000", b"../",
     b"/etc/passwd", b"99999999999999999999", b"\xff\xfe", b"\x00" * 8, b'{"a":' * 50,
@@ -245,6 +246,8 @@ def _problems(src: Path, work: Path, canary: Path) -> tuple[int, list[str]]:
             problems.append(f"exit {code}: {err.strip()[:300]}")
         elif code and (not err.startswith("bertconv: error: ") or "Traceback" in err):
             problems.append(f"not one clean message: {err[:300]}")
+        elif any(advice in err for advice in ADVICE):
+            problems.append(f"passed on advice to run a pickle: {err[:300]}")
         if code and (work / "made").exists():
             problems.append("left behind: an output directory made for a failed run")
         if code == 0:

@@ -152,6 +152,20 @@ def test_malicious_pickles_are_refused_and_never_run(source, tmp_path, cli, monk
             assert advice not in err, (name, err)
 
 
+def test_torchs_own_refusal_never_passes_on_its_advice(source, tmp_path, cli):
+    """A pickle that names only what a state dict needs, but that torch's weights-only reader
+    refuses (INST, an opcode it does not implement): torch's message advises weights_only=False;
+    bertconv's says what was refused, and nothing more."""
+    template = save_torch({"a": torch.zeros(2)}, tmp_path / "t.bin")
+    inst = zip_with_pickle(template, b"(icollections\nOrderedDict\n.", tmp_path / "inst.bin")
+    (source / "model.safetensors").unlink()
+    (source / "pytorch_model.bin").write_bytes(inst.read_bytes())
+    hostile(source / "pytorch_model.bin")
+    err = convert_fails(cli, source, tmp_path, 4, "torch's weights-only reader refused it")
+    for advice in ("weights_only", "safe_globals", "can still be loaded", "trust the source"):
+        assert advice not in err, err
+
+
 def test_a_compressed_bin_or_zip_bomb_is_refused_unread(source, tmp_path, cli):
     (source / "model.safetensors").unlink()
     template = save_torch({"a": torch.zeros(4)}, tmp_path / "t.bin")
