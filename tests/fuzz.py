@@ -234,9 +234,10 @@ def _convert(src: Path, out: Path) -> tuple[int, str]:
     return code, stderr.getvalue()
 
 
-def _problems(src: Path, work: Path, canary: Path) -> tuple[int, list[str]]:
+def _problems(src: Path, mutant: bytes, work: Path, canary: Path) -> tuple[int, list[str]]:
     """Run the mutant as a user would, twice, then load it: its exit code, and what went
-    wrong, if anything."""
+    wrong, if anything. (Advice found in a message counts only if the mutant did not put it
+    there: a message may quote a name from the file.)"""
     before, out, problems = _digest(src), work / "made" / "out", []
     results = []
     for _ in range(2):
@@ -246,7 +247,7 @@ def _problems(src: Path, work: Path, canary: Path) -> tuple[int, list[str]]:
             problems.append(f"exit {code}: {err.strip()[:300]}")
         elif code and (not err.startswith("bertconv: error: ") or "Traceback" in err):
             problems.append(f"not one clean message: {err[:300]}")
-        elif any(advice in err for advice in ADVICE):
+        elif any(advice in err and advice.encode() not in mutant for advice in ADVICE):
             problems.append(f"passed on advice to run a pickle: {err[:300]}")
         if code and (work / "made").exists():
             problems.append("left behind: an output directory made for a failed run")
@@ -287,7 +288,7 @@ def check(seed: Path, name: str, content: bytes, tally: Tally, workroot: Path) -
     started = time.perf_counter()
     try:
         with _deadline(TIMEOUT):
-            code, problems = _problems(src, work, canary)
+            code, problems = _problems(src, content, work, canary)
     except Hang:
         code, problems = "hang", [f"hang: more than {TIMEOUT} s"]
     tally.seconds += time.perf_counter() - started
