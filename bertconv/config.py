@@ -28,6 +28,7 @@ SIZES = {
     "intermediate_size": 1 << 18,
     "max_position_embeddings": 1 << 20,
     "type_vocab_size": 1 << 16,
+    "num_labels": 1 << 20,
 }
 PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
@@ -48,6 +49,8 @@ class BertConfig:
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0  # kept for the tokenizer: BERT's embeddings treat it as any other id
+    num_labels: int = 2  # transformers' default; config.json gives it as id2label
+    classifier_dropout: float | None = None  # the task heads' dropout; hidden_dropout_prob if None
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "BertConfig":
@@ -61,10 +64,14 @@ class BertConfig:
             if key in d and d[key] != want
         ]
         known = {f.name for f in fields(cls)}
-        # pad_token_id may be null (no padding token): BERT's own default, 0, then serves.
-        given = {
-            k: v for k, v in d.items() if k in known and (v is not None or k != "pad_token_id")
-        }
+        # pad_token_id and classifier_dropout may be null: their defaults then serve.
+        given = {k: v for k, v in d.items() if k in known and (v is not None or k in SIZES)}
+        labels = d.get("id2label")
+        if labels is not None:
+            if isinstance(labels, dict) and labels:
+                given["num_labels"] = len(labels)
+            else:
+                problems.append(f"id2label={labels!r} is not an object of labels")
         problems += [p for k, v in given.items() if (p := _field_problem(k, v))]
         if not problems:
             config = cls(**given)
@@ -112,7 +119,7 @@ def _field_problem(name: str, value) -> str | None:
     elif name == "hidden_act":
         if not isinstance(value, str) or value not in ACTIVATIONS:
             return f"hidden_act={value!r} is not supported (one of {ACTIVATIONS})"
-    elif name in PROBABILITIES:
+    elif name in PROBABILITIES or name == "classifier_dropout":
         if not _is_number(value) or not 0 <= value <= 1:
             return f"{name}={value!r} is not a probability (a number in 0..1)"
     elif name == "layer_norm_eps" and (not _is_number(value) or value <= 0):

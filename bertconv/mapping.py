@@ -1,14 +1,17 @@
-"""The mapping tables under mappings/: reading them, expanding `{layer}`, and exact name lookups.
+"""The mapping tables under mappings/: reading them (each held to one schema), expanding `{layer}`,
+exact name lookups, and which BERT class a file's groups of tensors make.
 
 No tensors here (and no torch): `convert.py` applies what these tables say.
 
-`transformers.toml` lists the official names with their shapes and every other name real official
-checkpoints use for them (the `bert.` prefix, legacy gamma/beta, tied copies, ignored buffers). Each
-other table maps one layout's names onto those official names, one row a tensor.
+Every table has the same sections: [encoder], then [groups.NAME] (the pooler and each head),
+each a row per tensor; then other names files use ([aliases], [tied], `ignored`), the buffers a
+layout's model expects ([generated]), and a prefix some files put on some groups. The official
+table (`transformers.toml`) is the one whose rows define the official tensors (a row's value is
+its shape); in every other table a row maps one of the layout's names onto official ones.
 """
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
@@ -17,37 +20,39 @@ from . import mappings
 from .config import SIZES, BertConfig
 from .errors import TableError, UsageError
 
-TABLES = Path(
-    mappings.__file__
-).parent  # mappings/, shipped inside the package as bertconv.mappings
+TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
 
 OFFICIAL = "transformers"
+ENCODER = "encoder"
 TRANSFORMS = ("rename", "transpose", "concat")
 TABLE_LIMIT = 1 << 20  # bytes: a table is a few KB
 MAX_DIM = 1 << 24
 LISTED = 12  # rows named in one error
-# The keys of a table, each with the type of its value. REQUIRED must be there.
-LAYOUT_KEYS = {"name": str, "description": str, "tensors": dict, "generated": dict}
-OFFICIAL_KEYS = {
+# The keys a table may have, with the type of each value; the first three it must have.
+KEYS = {
     "name": str,
     "description": str,
+    ENCODER: dict,
+    "groups": dict,
     "prefix": str,
-    "unprefixed": str,
+    "prefixed": list,
+    "requires": list,  # groups the layout's model cannot do without
     "ignored": list,
-    "tensors": dict,
-    "heads": dict,
     "aliases": dict,
     "tied": dict,
+    "generated": dict,
+    "classes": dict,  # the official table only
 }
-LAYOUT_REQUIRED = {"name", "description", "tensors"}
+REQUIRED = ("name", "description", ENCODER)
 
 
 class Row(NamedTuple):
-    """A tensor of the layout and the official tensors it holds."""
+    """A tensor of the layout, the official tensors it holds, and the group it belongs to."""
 
     name: str
     official: tuple[str, ...]
     transform: str = "rename"  # transpose: stored (in, out); concat: official ones stacked on dim 0
+    group: str = ENCODER
 
 
 class Generated(NamedTuple):
@@ -59,25 +64,40 @@ class Generated(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Layout:
-    """One table, expanded for a config: every name a file in this layout may hold."""
+class Table:
+    """One layout's table, expanded for a config: every name a file in this layout may hold."""
 
     name: str
     description: str
     rows: dict[str, Row]  # by the layout's name
-    generated: dict[str, Generated] = field(default_factory=dict)
-    # Other names read as the row they point to (official layout only: legacy gamma/beta, `bert.`).
-    aliases: dict[str, str] = field(default_factory=dict)
-    tied: dict[str, str] = field(default_factory=dict)  # read name -> the row whose copy it is
-    ignored: frozenset[str] = frozenset()
-    prefix: str = ""  # written on the encoder's tensors when the file has heads
+    generated: dict[str, Generated]
+    aliases: dict[str, str]  # another name -> the row it is read as
+    tied: dict[str, str]  # a copy's name -> the row it copies (read only to check it)
+    ignored: frozenset[str]
+    prefix: str  # put on the `prefixed` groups' names when a file holds any other group
+    prefixed: frozenset[str]
+    requires: frozenset[str]  # groups the layout's model cannot do without
 
-    def has_heads(self, config: BertConfig) -> bool:
-        heads = set(head_names(config))
-        return any(o in heads for row in self.rows.values() for o in row.official)
+    @property
+    def groups(self) -> frozenset[str]:
+        """The official groups this layout has a place for: those whose every tensor has a row."""
+        mapped = {o for row in self.rows.values() for o in row.official}
+        return frozenset(g for g, names in _group_names().items() if names <= mapped)
 
 
-def _table(name: str) -> dict:
+# Reading tables ---------------------------------------------------------------------------------
+
+
+def layout_names() -> list[str]:
+    return sorted(f.stem for f in TABLES.glob("*.toml"))
+
+
+def describe_layouts() -> list[tuple[str, str]]:
+    return [(name, _raw(name)["description"]) for name in layout_names()]
+
+
+@cache
+def _raw(name: str) -> dict:
     """A shipped table, by name. Names are looked up, never joined into a path."""
     if name not in layout_names():
         raise UsageError(
@@ -85,15 +105,6 @@ def _table(name: str) -> dict:
             "(`bertconv layouts` describes them)"
         )
     return read_table(TABLES / f"{name}.toml")
-
-
-@cache
-def layout_names() -> list[str]:
-    return sorted(f.stem for f in TABLES.glob("*.toml"))
-
-
-def describe_layouts() -> list[tuple[str, str]]:
-    return [(name, _table(name)["description"]) for name in layout_names()]
 
 
 def read_table(path: Path) -> dict:
@@ -109,7 +120,8 @@ def read_table(path: Path) -> dict:
         table = tomllib.loads(text)
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
         raise TableError(f"{path}: not a TOML table ({e or type(e).__name__})") from None
-    problems = _schema_problems(table, path.stem == OFFICIAL)
+    official = path.stem == OFFICIAL and path.parent == TABLES
+    problems = _schema_problems(table) or _content_problems(table, official)
     if problems:
         lines = [f"  {_line(text, key)}: {problem}" for key, problem in problems[:LISTED]]
         raise TableError(f"{path}: not a valid mapping table:\n" + "\n".join(lines))
@@ -117,7 +129,7 @@ def read_table(path: Path) -> dict:
 
 
 def _line(text: str, key: str) -> str:
-    """Where a row is written, for messages: `line N` (or the section, if the key is not found)."""
+    """Where a row is written, for messages: `line N (row)`, or the row alone if not found."""
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if stripped.startswith((f'"{key}"', f"{key} ", f"{key}=", f"[{key}]")):
@@ -125,67 +137,103 @@ def _line(text: str, key: str) -> str:
     return key
 
 
-def _schema_problems(table: dict, official: bool) -> list[tuple[str, str]]:
-    """(row, problem) for each way `table` breaks the schema of its kind."""
-    allowed = OFFICIAL_KEYS if official else LAYOUT_KEYS
-    required = set(OFFICIAL_KEYS) if official else LAYOUT_REQUIRED
-    problems = [(k, f"unknown key; one of {', '.join(allowed)}") for k in table if k not in allowed]
-    for key, kind in allowed.items():
+def _schema_problems(table: dict) -> list[tuple[str, str]]:
+    """(key, problem) for unknown keys, missing ones, and values of the wrong type."""
+    problems = [(k, f"unknown key; one of {', '.join(KEYS)}") for k in table if k not in KEYS]
+    for key, kind in KEYS.items():
         if key in table and not isinstance(table[key], kind):
-            problems.append((key, f"should be a {kind.__name__}"))
-        elif key not in table and key in required:
+            problems.append((key, f"should be a {'table' if kind is dict else kind.__name__}"))
+        elif key not in table and key in REQUIRED:
             problems.append((key, "missing"))
-    if problems:
-        return problems
+    for group, rows in table.get("groups", {}).items():
+        if not isinstance(rows, dict):
+            problems.append((f"groups.{group}", "should be a table of rows"))
+    return problems
+
+
+def _sections(table: dict) -> list[tuple[str, dict]]:
+    """(group, rows) for the encoder and each group, in the table's order."""
+    return [(ENCODER, table[ENCODER]), *table.get("groups", {}).items()]
+
+
+def _content_problems(table: dict, official: bool) -> list[tuple[str, str]]:
     if official:
-        return _official_problems(table)
-    return _row_problems(table["tensors"]) + _generated_problems(table.get("generated", {}))
+        problems = [
+            (name, "an official row's value is its shape: a list of sizes or config.json fields")
+            for _, rows in _sections(table)
+            for name, dims in rows.items()
+            if not isinstance(dims, list) or not all(_is_dim(d) for d in dims)
+        ]
+        problems += _class_problems(table.get("classes", {}), set(table.get("groups", {})))
+    else:
+        problems = _row_problems(table) + _generated_problems(table.get("generated", {}))
+        if "classes" in table:
+            problems.append(("classes", "only the official table lists classes"))
+    names = {name for _, rows in _sections(table) for name in rows}
+    problems += _other_name_problems(table, names)
+    groups = {ENCODER, *table.get("groups", {})}
+    for key in ("prefixed", "requires"):
+        if not all(isinstance(g, str) and g in groups for g in table.get(key, [])):
+            problems.append((key, f"a list of this table's groups ({', '.join(sorted(groups))})"))
+    return problems
 
 
-def _official_problems(table: dict) -> list[tuple[str, str]]:
+def _class_problems(classes: dict, groups: set[str]) -> list[tuple[str, str]]:
+    return [
+        (name, f"a class is a list of groups ({', '.join(sorted(groups))})")
+        for name, wanted in classes.items()
+        if not isinstance(wanted, list) or not all(g in groups for g in wanted)
+    ]
+
+
+def _other_name_problems(table: dict, names: set[str]) -> list[tuple[str, str]]:
+    """Aliases and tied copies name a row of the table; ignored names are names."""
     problems = []
-    for section in ("tensors", "heads"):
-        for name, dims in table[section].items():
-            if not isinstance(dims, list) or not all(_is_dim(d) for d in dims):
-                problems.append((name, "a shape is a list of sizes or config.json size fields"))
-    names = set(table["tensors"]) | set(table["heads"])
     for section in ("aliases", "tied"):
-        for name, target in table[section].items():
+        for name, target in table.get(section, {}).items():
             if not isinstance(target, str) or target not in names:
-                problems.append((name, f"{target!r} is not an official tensor"))
+                problems.append((name, f"{target!r} is not a row of this table"))
             elif ("{layer}" in name) != ("{layer}" in target):
                 problems.append((name, "{layer} must appear on both sides of a row, or neither"))
-    if not all(isinstance(n, str) for n in table["ignored"]):
+    if not all(isinstance(n, str) for n in table.get("ignored", [])):
         problems.append(("ignored", "a list of tensor names"))
     return problems
 
 
-def _row_problems(rows: dict) -> list[tuple[str, str]]:
-    """Each row maps one of the layout's names onto official names: known ones, with `{layer}`
-    on both sides or neither, through a known transform, each official name claimed once, and
-    every encoder tensor claimed."""
-    official = _official_table()
-    known = set(official["tensors"]) | set(official["heads"])
+def _row_problems(table: dict) -> list[tuple[str, str]]:
+    """Each row maps one of the layout's names onto official names of its own section: known
+    ones, with `{layer}` on both sides or neither, through a known transform, each official
+    name claimed once; every encoder tensor claimed, and each group whole or not at all."""
+    catalog = _catalog()
     problems, claimed = [], {}
-    for name, spec in rows.items():
-        targets, problem = _row_targets(spec)
-        for target in targets:
-            if target not in known:
-                problem = problem or f"{target!r} is not an official tensor"
-            elif ("{layer}" in target) != ("{layer}" in name):
-                problem = problem or "{layer} must appear on both sides of a row, or neither"
-            elif target in claimed:
-                problem = problem or f"{target!r} is claimed by {claimed[target]!r} too"
-            claimed.setdefault(target, name)
-        if problem:
-            problems.append((name, problem))
-    unclaimed = [n for n in official["tensors"] if n not in claimed]
-    if unclaimed and not problems:
-        problems.append(("tensors", "no row for the encoder tensors " + ", ".join(unclaimed[:5])))
-    heads = [n for n in official["heads"] if n in claimed]
-    if heads and len(heads) != len(official["heads"]) and not problems:
-        problems.append(("tensors", "the pre-training heads come all or none"))
+    for group, rows in _sections(table):
+        if group not in catalog:
+            problems.append((f"groups.{group}", f"no such group; one of {', '.join(catalog)}"))
+            continue
+        for name, spec in rows.items():
+            problem = _row_problem(name, spec, catalog[group], claimed)
+            if problem:
+                problems.append((name, problem))
+    if problems:
+        return problems
+    for group, shapes in catalog.items():
+        missing = [n for n in shapes if n not in claimed]
+        if missing and (group == ENCODER or len(missing) < len(shapes)):
+            problems.append((group, f"no row for {', '.join(missing[:5])} (a group comes whole)"))
     return problems
+
+
+def _row_problem(name: str, spec, shapes: dict, claimed: dict) -> str | None:
+    targets, problem = _row_targets(spec)
+    for target in targets:
+        if target not in shapes:
+            return problem or f"{target!r} is not an official tensor of this section"
+        if ("{layer}" in target) != ("{layer}" in name):
+            return "{layer} must appear on both sides of a row, or neither"
+        if target in claimed:
+            return f"{target!r} is claimed by {claimed[target]!r} too"
+        claimed[target] = name
+    return problem
 
 
 def _row_targets(spec) -> tuple[list[str], str | None]:
@@ -207,17 +255,15 @@ def _row_targets(spec) -> tuple[list[str], str | None]:
 
 
 def _generated_problems(generated: dict) -> list[tuple[str, str]]:
-    problems = []
-    for name, spec in generated.items():
-        if (
-            not isinstance(spec, dict)
-            or set(spec) != {"arange", "shape"}
-            or not _is_dim(spec["arange"])
-            or not isinstance(spec["shape"], list)
-            or not all(_is_dim(d) for d in spec["shape"])
-        ):
-            problems.append((name, "a generated buffer is { arange = SIZE, shape = [SIZES] }"))
-    return problems
+    return [
+        (name, "a generated buffer is { arange = SIZE, shape = [SIZES] }")
+        for name, spec in generated.items()
+        if not isinstance(spec, dict)
+        or set(spec) != {"arange", "shape"}
+        or not _is_dim(spec["arange"])
+        or not isinstance(spec["shape"], list)
+        or not all(_is_dim(d) for d in spec["shape"])
+    ]
 
 
 def _is_dim(value) -> bool:
@@ -228,105 +274,132 @@ def _is_dim(value) -> bool:
     )
 
 
+# The official catalog: tensors, groups, classes -------------------------------------------------
+
+
+@cache
+def _catalog() -> dict[str, dict[str, list]]:
+    """Official tensor patterns with their shapes, by group (the encoder first)."""
+    return dict(_sections(_raw(OFFICIAL)))
+
+
+@cache
+def _group_names() -> dict[str, frozenset[str]]:
+    """Each group's official tensor patterns (groups may share them: classifier, choice)."""
+    return {g: frozenset(shapes) for g, shapes in _catalog().items() if g != ENCODER}
+
+
+def group_names() -> list[str]:
+    """Every group, in the official table's order."""
+    return list(_group_names())
+
+
+def classes() -> dict[str, list[str]]:
+    """transformers' BERT classes, each with the groups its files hold, in the order they are
+    tried when a file is identified."""
+    return _raw(OFFICIAL)["classes"]
+
+
+def class_for(groups: set[str] | frozenset[str]) -> str:
+    """The class a set of groups makes: the first whose groups are all there, with nothing else
+    but a pooler (older task checkpoints carried one they did not use)."""
+    for name, wanted in classes().items():
+        if set(wanted) <= groups and groups - set(wanted) <= {"pooler"}:
+            return name
+    raise ValueError(f"no class holds the groups {sorted(groups)}")
+
+
+def shapes(config: BertConfig, groups: list[str] | tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """The official tensors of the encoder and `groups`, with the shapes config.json implies."""
+    return _shapes(_key(config), tuple(groups))
+
+
+@cache
+def _shapes(config_key: tuple, groups: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    config = BertConfig(**dict(config_key))
+    out = {}
+    for group in (ENCODER, *groups):
+        for pattern, dims in _catalog()[group].items():
+            for name in _expand(pattern, config.num_hidden_layers):
+                out[name] = tuple(_dim(d, config) for d in dims)
+    return out
+
+
 def _expand(pattern: str, num_layers: int) -> list[str]:
     if "{layer}" not in pattern:
         return [pattern]
     return [pattern.replace("{layer}", str(i)) for i in range(num_layers)]
 
 
-def _expand_pairs(table: dict[str, str], num_layers: int) -> dict[str, str]:
-    """Expand `{layer}` on both sides of a name = name table, row by row."""
-    out = {}
-    for key, value in table.items():
-        out.update(zip(_expand(key, num_layers), _expand(value, num_layers), strict=True))
-    return out
-
-
 def _dim(value: int | str, config: BertConfig) -> int:
     return value if isinstance(value, int) else getattr(config, value)
 
 
-@cache
-def _official_table() -> dict:
-    return _table(OFFICIAL)
+# Tables expanded for a config -------------------------------------------------------------------
 
 
-def official_shapes(config: BertConfig, heads: bool = True) -> dict[str, tuple[int, ...]]:
-    """Every official tensor name, in order, with the shape config.json implies (not to be
-    changed: it is shared between calls)."""
-    return _official_shapes(_key(config), heads)
+def layout(name: str, config: BertConfig) -> Table:
+    """The table called `name`, expanded for `config`'s number of layers."""
+    return _layout(name, _key(config))
 
 
 @cache
-def _official_shapes(config_key: tuple, heads: bool) -> dict[str, tuple[int, ...]]:
+def _layout(name: str, config_key: tuple) -> Table:
     config = BertConfig(**dict(config_key))
-    table = _official_table()
-    sections = [table["tensors"], table["heads"]] if heads else [table["tensors"]]
-    shapes = {}
-    for section in sections:
-        for pattern, dims in section.items():
-            for name in _expand(pattern, config.num_hidden_layers):
-                shapes[name] = tuple(_dim(d, config) for d in dims)
-    return shapes
-
-
-def head_names(config: BertConfig) -> list[str]:
-    return [name for name in official_shapes(config) if name not in official_shapes(config, False)]
-
-
-def _official_layout(config: BertConfig) -> Layout:
-    table = _official_table()
-    n = config.num_hidden_layers
-    rows = {name: Row(name, (name,)) for name in official_shapes(config)}
-    aliases = _expand_pairs(table["aliases"], n)
-    tied = _expand_pairs(table["tied"], n)
-    ignored = {name for pattern in table["ignored"] for name in _expand(pattern, n)}
-    prefix, bare = table["prefix"], table["unprefixed"]
-
-    def prefixed(names):
-        return {prefix + name: names[name] for name in names if not name.startswith(bare)}
-
-    aliases |= prefixed(aliases) | prefixed({name: name for name in rows})
-    tied |= prefixed(tied)
-    ignored |= {prefix + name for name in ignored}
-    return Layout(
-        OFFICIAL, table["description"], rows, {}, aliases, tied, frozenset(ignored), prefix
-    )
-
-
-def _row(name: str, spec: str | dict, num_layers: int, index: int) -> Row:
-    if isinstance(spec, str):
-        return Row(name, (spec.replace("{layer}", str(index)),))
-    (transform, official), *rest = spec.items()
-    if rest or transform not in TRANSFORMS:
-        raise ValueError(f"row {name!r}: one of {TRANSFORMS} expected, got {spec!r}")
-    official = [official] if isinstance(official, str) else official
-    return Row(name, tuple(o.replace("{layer}", str(index)) for o in official), transform)
-
-
-@cache
-def _layout(name: str, config_key: tuple) -> Layout:
-    config = BertConfig(**dict(config_key))
-    if name == OFFICIAL:
-        return _official_layout(config)
-    table = _table(name)
-    n = config.num_hidden_layers
+    raw, n = _raw(name), config.num_hidden_layers
     rows = {}
-    for pattern, spec in table["tensors"].items():
-        for i, expanded in enumerate(_expand(pattern, n)):
-            rows[expanded] = _row(expanded, spec, n, i)
+    for group, section in _sections(raw):
+        for pattern, spec in section.items():
+            for i, expanded in enumerate(_expand(pattern, n)):
+                if expanded not in rows:  # the official groups that share tensors share rows
+                    rows[expanded] = _row(expanded, spec, i, group, name == OFFICIAL)
+    aliases = _expand_pairs(raw.get("aliases", {}), n)
+    tied = _expand_pairs(raw.get("tied", {}), n)
+    ignored = {e for pattern in raw.get("ignored", []) for e in _expand(pattern, n)}
+    prefix, prefixed = raw.get("prefix", ""), frozenset(raw.get("prefixed", []))
+    if prefix:  # the prefixed groups' names are read with the prefix too
+        group_of = {r.name: r.group for r in rows.values()}
+        under = {r for r, g in group_of.items() if g in prefixed}
+        aliases |= {prefix + a: r for a, r in aliases.items() if r in under}
+        aliases |= {prefix + r: r for r in under}
+        ignored |= {prefix + i for i in ignored}
     generated = {
         key: Generated(
             key, _dim(spec["arange"], config), tuple(_dim(d, config) for d in spec["shape"])
         )
-        for key, spec in table.get("generated", {}).items()
+        for key, spec in raw.get("generated", {}).items()
     }
-    return Layout(name, table["description"], rows, generated)
+    requires = frozenset(raw.get("requires", []))
+    return Table(
+        name,
+        raw["description"],
+        rows,
+        generated,
+        aliases,
+        tied,
+        frozenset(ignored),
+        prefix,
+        prefixed,
+        requires,
+    )
 
 
-def layout(name: str, config: BertConfig) -> Layout:
-    """The table called `name`, expanded for `config`'s number of layers."""
-    return _layout(name, _key(config))
+def _row(name: str, spec, index: int, group: str, official: bool) -> Row:
+    if official:  # the official table's rows define the tensors: each is its own name
+        return Row(name, (name,), "rename", group)
+    if isinstance(spec, str):
+        return Row(name, (spec.replace("{layer}", str(index)),), "rename", group)
+    ((transform, targets),) = spec.items()
+    targets = [targets] if isinstance(targets, str) else targets
+    return Row(name, tuple(t.replace("{layer}", str(index)) for t in targets), transform, group)
+
+
+def _expand_pairs(pairs: dict[str, str], num_layers: int) -> dict[str, str]:
+    """Expand `{layer}` on both sides of a name = name table, row by row."""
+    out = {}
+    for key, value in pairs.items():
+        out.update(zip(_expand(key, num_layers), _expand(value, num_layers), strict=True))
+    return out
 
 
 def _key(config: BertConfig) -> tuple:
