@@ -4,10 +4,19 @@ Importing the package is cheap: torch is imported on first use of the model or o
 
 __version__ = "0.1.0"
 
+CLASSES = (
+    "BertModel",
+    "BertForPreTraining",
+    "BertForMaskedLM",
+    "BertForNextSentencePrediction",
+    "BertForSequenceClassification",
+    "BertForMultipleChoice",
+    "BertForTokenClassification",
+    "BertForQuestionAnswering",
+)
 _LAZY = {
     "BertConfig": "bertconv.config",
-    "BertModel": "bertconv.model",
-    "BertForPreTraining": "bertconv.model",
+    **dict.fromkeys(CLASSES, "bertconv.model"),
     "load": "bertconv.api",
     "BertconvError": "bertconv.errors",
 }

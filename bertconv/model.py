@@ -1,5 +1,6 @@
 """BERT from scratch: the encoder of Devlin et al. (2018), computing what transformers' BertModel
-and BertForPreTraining compute, in one file read top to bottom.
+and its task classes (pre-training, masked LM, next sentence, sequence / token classification,
+multiple choice, question answering) compute, in one file read top to bottom.
 
 Parameter names follow seed 000 ("Code Review for BERT"): attention projections are `Wq/Wk/Wv`,
 LayerNorms hold `gamma/beta`; everything else keeps the names of the original release
@@ -172,7 +173,7 @@ class Encoder(nn.Module):
 
 
 class Pooler(nn.Module):
-    """tanh(W h_[CLS] + b): the sentence representation the NSP head reads."""
+    """tanh(W h_[CLS] + b): the sentence representation the sentence-level heads read."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -185,19 +186,34 @@ class Pooler(nn.Module):
 @dataclass
 class BertOutput:
     last_hidden_state: torch.Tensor  # (B, T, hidden); zeros at padded positions
-    pooler_output: torch.Tensor  # (B, hidden)
+    pooler_output: torch.Tensor | None  # (B, hidden); None for a model without a pooler
     hidden_states: tuple[torch.Tensor, ...]  # the embeddings' output, then every layer's
 
 
 class BertModel(nn.Module):
-    """The BERT encoder: embeddings, a stack of layers, and the pooler."""
+    """The BERT encoder: embeddings, a stack of layers, and (usually) the pooler."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, pooler: bool = True):
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
         self.encoder = Encoder(config)
-        self.pooler = Pooler(config)
+        self.pooler = Pooler(config) if pooler else None
+
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[BertOutput, Padding]:
+        """The encoder's output, and where the real tokens are (for the heads)."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        padding = Padding(attention_mask, input_ids.shape)
+        hidden_states = self.encoder(self.embeddings(input_ids, token_type_ids), padding)
+        last = hidden_states[-1]
+        pooled = self.pooler(last) if self.pooler is not None else None
+        return BertOutput(last, pooled, tuple(hidden_states)), padding
 
     def forward(
         self,
@@ -205,11 +221,11 @@ class BertModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> BertOutput:
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
-        padding = Padding(attention_mask, input_ids.shape)
-        hidden_states = self.encoder(self.embeddings(input_ids, token_type_ids), padding)
-        return BertOutput(hidden_states[-1], self.pooler(hidden_states[-1]), tuple(hidden_states))
+        return self.encode(input_ids, attention_mask, token_type_ids)[0]
+
+
+# The heads, and the classes that put one on the encoder, under transformers' names. Each head
+# sits beside the encoder, so the encoder's parameter names are the same with any of them.
 
 
 class PredictionHeadTransform(nn.Module):
@@ -237,10 +253,19 @@ class MaskedLMHead(nn.Module):
 
 
 class PreTrainingHeads(nn.Module):
-    def __init__(self, config: BertConfig):
+    """`cls`: the masked-LM head, the next-sentence head, or both."""
+
+    def __init__(self, config: BertConfig, mlm: bool = True, nsp: bool = True):
         super().__init__()
-        self.predictions = MaskedLMHead(config)
-        self.seq_relationship = nn.Linear(config.hidden_size, 2)  # IsNext / NotNext
+        if mlm:
+            self.predictions = MaskedLMHead(config)
+        if nsp:
+            self.seq_relationship = nn.Linear(config.hidden_size, 2)  # IsNext / NotNext
+
+
+def per_token(head, out: BertOutput, padding: Padding, *args) -> torch.Tensor:
+    """A head applied to the real tokens only, zeros at the padding: (B, T, outputs)."""
+    return padding.unpack(head(padding.pack(out.last_hidden_state), *args))
 
 
 @dataclass
@@ -250,24 +275,121 @@ class BertForPreTrainingOutput(BertOutput):
 
 
 class BertForPreTraining(BertModel):
-    """BERT with its two pre-training heads. The heads sit beside the encoder (`cls.*`), so the
-    encoder's parameter names are the same with or without them."""
+    """BERT with its two pre-training heads."""
 
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
+    def __init__(self, config: BertConfig, pooler: bool = True):
+        super().__init__(config, pooler)
         self.cls = PreTrainingHeads(config)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> BertForPreTrainingOutput:
-        out = super().forward(input_ids, attention_mask, token_type_ids)
-        padding = Padding(attention_mask, input_ids.shape)  # the vocabulary product: real tokens
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
         words = self.embeddings.word_embeddings.weight
-        mlm = padding.unpack(self.cls.predictions(padding.pack(out.last_hidden_state), words))
+        mlm = per_token(self.cls.predictions, out, padding, words)
         nsp = self.cls.seq_relationship(out.pooler_output)
         return BertForPreTrainingOutput(
             **vars(out), prediction_logits=mlm, seq_relationship_logits=nsp
         )
+
+
+@dataclass
+class LogitsOutput(BertOutput):
+    logits: (
+        torch.Tensor
+    )  # by class: (B, T, vocab), (B, 2), (B, labels), (B, choices), (B, T, labels)
+
+
+class BertForMaskedLM(BertModel):
+    """The masked-LM head alone, as domain-adapted BERTs are saved."""
+
+    def __init__(self, config: BertConfig, pooler: bool = False):
+        super().__init__(config, pooler)
+        self.cls = PreTrainingHeads(config, nsp=False)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
+        words = self.embeddings.word_embeddings.weight
+        return LogitsOutput(
+            **vars(out), logits=per_token(self.cls.predictions, out, padding, words)
+        )
+
+
+class BertForNextSentencePrediction(BertModel):
+    def __init__(self, config: BertConfig, pooler: bool = True):
+        super().__init__(config, pooler)
+        self.cls = PreTrainingHeads(config, mlm=False)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        return LogitsOutput(**vars(out), logits=self.cls.seq_relationship(out.pooler_output))
+
+
+def classifier_dropout(config: BertConfig) -> nn.Dropout:
+    p = config.classifier_dropout
+    return nn.Dropout(config.hidden_dropout_prob if p is None else p)
+
+
+class BertForSequenceClassification(BertModel):
+    """A label per sequence (num_labels 1: a regression), from the pooled output."""
+
+    def __init__(self, config: BertConfig, pooler: bool = True):
+        super().__init__(config, pooler)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        return LogitsOutput(**vars(out), logits=self.classifier(self.dropout(out.pooler_output)))
+
+
+class BertForMultipleChoice(BertModel):
+    """A score per choice: each (question, choice) pair is encoded on its own, and its pooled
+    output scored; inputs are (B, choices, T)."""
+
+    def __init__(self, config: BertConfig, pooler: bool = True):
+        super().__init__(config, pooler)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        B, choices, T = input_ids.shape
+        # Every choice as a sequence of its own: (B * choices, T), and so the outputs
+        flat = [
+            None if x is None else x.reshape(B * choices, T)
+            for x in (attention_mask, token_type_ids)
+        ]
+        out = self.encode(input_ids.reshape(B * choices, T), *flat)[0]
+        scores = self.classifier(self.dropout(out.pooler_output)).view(B, choices)
+        return LogitsOutput(**vars(out), logits=scores)
+
+
+class BertForTokenClassification(BertModel):
+    """A label per token (named entities, say)."""
+
+    def __init__(self, config: BertConfig, pooler: bool = False):
+        super().__init__(config, pooler)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
+        logits = per_token(lambda h: self.classifier(self.dropout(h)), out, padding)
+        return LogitsOutput(**vars(out), logits=logits)
+
+
+@dataclass
+class QuestionAnsweringOutput(BertOutput):
+    start_logits: torch.Tensor  # (B, T): where the answer starts; zeros at padding
+    end_logits: torch.Tensor  # (B, T): where it ends
+
+
+class BertForQuestionAnswering(BertModel):
+    """Extractive question answering: a start and an end score for every token."""
+
+    def __init__(self, config: BertConfig, pooler: bool = False):
+        super().__init__(config, pooler)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
+        start, end = per_token(self.qa_outputs, out, padding).unbind(-1)
+        return QuestionAnsweringOutput(**vars(out), start_logits=start, end_logits=end)
