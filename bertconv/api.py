@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from . import files, storage
 from .checkpoint import (
+    GROUPS_KEY,
     HEADS_KEY,
     LAYOUT_KEY,
     REVISION_KEY,
@@ -18,8 +19,9 @@ from .checkpoint import (
     tokenizer_files,
     write_checkpoint,
 )
-from .convert import Conversion, convert
+from .convert import Conversion, Heads, convert
 from .errors import BertconvError, NotFoundError
+from .mapping import OFFICIAL
 
 WRITTEN = ("model.safetensors", "config.json", *TOKENIZER_FILES)  # what a conversion writes
 
@@ -69,15 +71,27 @@ def fetch_source(remote: "hub.Remote", say=_quiet) -> Source:
     return Source(remote.model_id, hub.download(remote, say), remote.commit)
 
 
-def up_to_date(out: Path, source: str, revision: str, layout: str, heads: bool | None) -> bool:
-    """Does `out` already hold `source` at `revision`, converted into `layout`?"""
+def up_to_date(out: Path, source: str, revision: str, layout: str, heads: Heads) -> bool:
+    """Does `out` already hold `source` at `revision`, converted into `layout` with the same
+    choice of groups?"""
     meta = read_metadata(Path(out) / "model.safetensors")
-    wanted = {SOURCE_KEY: source, REVISION_KEY: revision, LAYOUT_KEY: layout}
-    if heads is not None:
-        wanted[HEADS_KEY] = str(heads).lower()
+    wanted = {
+        SOURCE_KEY: source,
+        REVISION_KEY: revision,
+        LAYOUT_KEY: layout,
+        HEADS_KEY: heads_asked(heads),
+    }
     return (Path(out) / "config.json").is_file() and all(
         meta.get(k) == v for k, v in wanted.items()
     )
+
+
+def heads_asked(heads: Heads) -> str:
+    """How a choice of groups is recorded: "" (those the layout holds), "all", "none", or the
+    groups, comma-separated."""
+    if heads is None or isinstance(heads, bool):
+        return {None: "", True: "all", False: "none"}[heads]
+    return ",".join(sorted({heads} if isinstance(heads, str) else heads))
 
 
 @dataclass
@@ -95,7 +109,7 @@ def convert_checkpoint(
     out: Path,
     to_layout: str = "bertconv",
     from_layout: str | None = None,
-    heads: bool | None = None,
+    heads: Heads = None,
 ) -> Converted:
     """Read `src`, convert it into `to_layout` and write it to `out` (see write_checkpoint).
     Conversions into the same `out` at once take turns."""
@@ -108,7 +122,7 @@ def fetch(
     out: Path,
     to_layout: str = "bertconv",
     revision: str | None = None,
-    heads: bool | None = None,
+    heads: Heads = None,
     say=_quiet,
 ) -> tuple["hub.Remote", Converted | None]:
     """Download a Hub model and convert it into `out`. Where `out` already holds that commit in
@@ -126,42 +140,60 @@ def fetch(
 def _convert_into(src: Source, output: files.Output, to_layout, from_layout, heads) -> Converted:
     ckpt = read_checkpoint(src.path, from_layout)
     output.check_not_source(src.path, [*ckpt.files, *tokenizer_files(src.path)], WRITTEN)
-    result = convert(ckpt.state_dict, ckpt.config, ckpt.layout, to_layout, heads, str(src.path))
+    result = convert_read(ckpt, to_layout, heads)
     metadata = {
         LAYOUT_KEY: to_layout,
         SOURCE_KEY: src.name,
         REVISION_KEY: src.revision or ckpt.metadata.get(REVISION_KEY, ""),
-        HEADS_KEY: str(result.heads).lower(),
+        HEADS_KEY: heads_asked(heads),
+        GROUPS_KEY: ",".join(sorted(result.groups)),
     }
+    # The written file is of the class its groups make (a layout may leave heads out).
+    config = ckpt.config_dict | {"architectures": [result.model_class]}
     nonfinite = storage.nonfinite_soon(ckpt.state_dict)
-    written = write_checkpoint(output, result.state_dict, ckpt.config_dict, metadata, src.path)
+    written = write_checkpoint(output, result.state_dict, config, metadata, src.path)
     return Converted(ckpt, result, written, nonfinite())
+
+
+def convert_read(ckpt: Checkpoint, to_layout: str, heads: Heads = None) -> Conversion:
+    """A checkpoint already read, converted into `to_layout` (config.json's `architectures`
+    breaking ties between classes)."""
+    hint = ckpt.config_dict.get("architectures")
+    return convert(
+        ckpt.state_dict, ckpt.config, ckpt.layout, to_layout, heads, str(ckpt.path), hint
+    )
 
 
 def load(
     source: "str | Path | Source",
     revision: str | None = None,
-    heads: bool | None = None,
+    heads: Heads = None,
     from_layout: str | None = None,
 ):
     """bertconv's model with the weights of `source`, in eval mode.
 
     `source` is a checkpoint directory (official, or converted by bertconv into any layout) or a
-    Hub model id. The result is a BertForPreTraining when the checkpoint has pre-training heads
-    (and `heads` is not False), a BertModel otherwise. Loading is strict: every parameter comes
-    from the file, none is left at an initial value."""
-    import torch
-
-    from .model import BertForPreTraining, BertModel
-
+    Hub model id. The result is the class the file's groups make, under transformers' name
+    (BertForPreTraining, BertForSequenceClassification, ..., BertModel); `heads` narrows it:
+    False for the encoder and pooler alone, or a list of the groups to keep. Loading is strict:
+    every parameter comes from the file, none is left at an initial value."""
     src = resolve(source, revision)
     ckpt = read_checkpoint(src.path, from_layout)
-    result = convert(ckpt.state_dict, ckpt.config, ckpt.layout, "bertconv", heads, str(src.path))
-    cls = BertForPreTraining if result.heads else BertModel
+    return build(convert_read(ckpt, "bertconv", heads), ckpt.config)
+
+
+def build(conversion: Conversion, config):
+    """The bertconv model a conversion into the bertconv layout calls for, holding its tensors
+    (mapped from their files, not copied), in eval mode."""
+    import torch
+
+    from . import model as models
+
+    cls = getattr(models, conversion.model_class)
     with torch.device("meta"), _skip_init():  # every parameter comes from the file
-        model = cls(ckpt.config)
+        model = cls(config, pooler="pooler" in conversion.groups)
     maps = {}
-    weights = {name: storage.to_torch(t, maps) for name, t in result.state_dict.items()}
+    weights = {name: storage.to_torch(t, maps) for name, t in conversion.state_dict.items()}
     model.load_state_dict(weights, strict=True, assign=True)
     return model.eval()
 
@@ -179,3 +211,78 @@ def _skip_init():
             return func(*args, **(kwargs or {}))
 
     return SkipInit()
+
+
+@dataclass
+class Inspection:
+    """What `bertconv inspect` tells of a checkpoint."""
+
+    source: str
+    path: str
+    layout: str
+    layout_found: str  # how the layout was found: given, recorded, or by its names
+    model_class: str | None  # None where the tensors make no class (see problems)
+    groups: list[str]
+    config: dict
+    parameters: int  # tied copies and buffers left out
+    dtypes: dict[str, int]  # dtype -> number of tensors
+    bytes: int
+    tensors: int
+    unplaced: list[str]  # names no row, alias or buffer of the layout accounts for
+    problems: str | None  # why the checkpoint would not convert, if it would not
+
+
+SUMMARY = (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
+    "max_position_embeddings", "type_vocab_size", "hidden_act", "num_labels",
+)  # fmt: skip
+
+
+def inspect(
+    source: "str | Path | Source", revision: str | None = None, from_layout: str | None = None
+) -> Inspection:
+    """Describe a checkpoint without converting it: the layout (recorded in its metadata, or
+    the shipped one whose names place most of its tensors), the class and groups its tensors
+    make, its config, parameters and dtypes, and any tensor no row accounts for."""
+    from collections import Counter
+
+    from .checkpoint import LAYOUT_KEY
+    from .mapping import layout, layout_names
+
+    src = resolve(source, revision)
+    ckpt = read_checkpoint(src.path, from_layout or OFFICIAL)  # the layout is found below
+    recorded = from_layout or ckpt.metadata.get(LAYOUT_KEY)
+    recorded = recorded if recorded in layout_names() else None  # a name, never a path
+    tables = [layout(n, ckpt.config) for n in ([recorded] if recorded else layout_names())]
+    placed = {t.name: [n for n in ckpt.state_dict if _places(t, n)] for t in tables}
+    best = max(tables, key=lambda t: len(placed[t.name]))
+    found = "given" if from_layout else "recorded in its metadata" if recorded else "by its names"
+    ckpt.layout = best.name
+    try:
+        conversion, problems = convert_read(ckpt, best.name, True), None
+    except BertconvError as e:
+        conversion, problems = None, str(e)
+    tensors = ckpt.state_dict.values()
+    weights = [t for n, t in ckpt.state_dict.items() if n in best.rows or n in best.aliases]
+    return Inspection(
+        src.name,
+        str(src.path),
+        best.name,
+        found,
+        conversion.model_class if conversion else None,
+        sorted(conversion.groups) if conversion else [],
+        {k: getattr(ckpt.config, k) for k in SUMMARY},
+        sum(storage.nbytes(t) // storage.ITEM_SIZE[t.dtype] for t in weights),
+        dict(Counter(t.dtype for t in tensors)),
+        sum(storage.nbytes(t) for t in tensors),
+        len(ckpt.state_dict),
+        [n for n in ckpt.state_dict if n not in placed[best.name]],
+        problems,
+    )
+
+
+def _places(table, name: str) -> bool:
+    return any(
+        name in where
+        for where in (table.rows, table.aliases, table.tied, table.ignored, table.generated)
+    )

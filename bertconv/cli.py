@@ -48,8 +48,15 @@ Heads = Annotated[
     bool | None,
     typer.Option(
         "--heads/--no-heads",
-        help="Keep or leave out the pre-training heads (cls.*) [default: keep them where the "
-        "layout has a place for them].",
+        help="Keep every group of the source (fail where the layout has no place for one), or "
+        "none but the pooler [default: every group the layout has a place for].",
+    ),
+]
+Groups = Annotated[
+    str | None,
+    typer.Option(
+        help="Keep exactly these groups, comma-separated: pooler, mlm, nsp, classifier, "
+        "token_classifier, choice, qa (`bertconv inspect` shows a checkpoint's).",
     ),
 ]
 
@@ -94,6 +101,7 @@ def convert(
     revision: Revision = None,
     from_layout: FromLayout = None,
     heads: Heads = None,
+    groups: Groups = None,
 ) -> None:
     """Convert a checkpoint into another layout's names.
 
@@ -102,11 +110,16 @@ def convert(
     SOURCE is a local directory (config.json with model.safetensors, sharded safetensors, or
     pytorch_model.bin, read with weights_only=True) or a Hub model id, fetched with
     huggingface_hub. The source and its revision are recorded in the safetensors metadata.
-    Nothing is half-written: files are written aside and renamed into place."""
+    Nothing is half-written: files are written aside and renamed into place.
+
+    Any of transformers' BERT classes converts: the pooler and each head are named groups
+    (`bertconv inspect` lists a checkpoint's); those the layout has no place for are left out,
+    and said to be."""
     from .api import resolve
 
     _check_layout(to)
-    _convert(resolve(source, revision, say), to, out, from_layout, heads)
+    selection = _selection(heads, groups)
+    _convert(resolve(source, revision, say), to, out, from_layout, selection)
 
 
 @command
@@ -116,6 +129,7 @@ def fetch(
     to: Layout = "bertconv",
     out: Out = None,
     heads: Heads = None,
+    groups: Groups = None,
 ) -> None:
     """Download a checkpoint from the Hugging Face Hub and convert it.
 
@@ -133,16 +147,26 @@ def fetch(
             f"{model_id!r} is not a Hub model id (org/name); for a directory use `convert`"
         )
     _check_layout(to)
+    selection = _selection(heads, groups)
     out = out or _default_out(model_id, to)
-    remote, result = fetch_model(model_id, out, to, revision, heads, say)
+    remote, result = fetch_model(model_id, out, to, revision, selection, say)
     if result is None:
         say(
             f"{out} already holds {model_id} at {remote.commit} in the {to!r} layout: nothing to do"
         )
     else:
         say(f"fetched {model_id} at commit {remote.commit}")
-        _report(result, to, out, heads)
+        _report(result, to, out)
     typer.echo(out)
+
+
+def _selection(heads: bool | None, groups: str | None):
+    """--heads/--no-heads or --groups, as the choice of groups the API takes."""
+    if groups is None:
+        return heads
+    if heads is not None:
+        raise UsageError("--groups names the groups to keep; leave out --heads/--no-heads")
+    return [g.strip() for g in groups.split(",") if g.strip()]
 
 
 def _check_layout(to: str) -> None:
@@ -156,19 +180,18 @@ def _default_out(name: str, to: str) -> Path:
     return Path(f"{Path(name).name}-{to}")
 
 
-def _convert(src, to: str, out: Path | None, from_layout: str | None, heads: bool | None) -> None:
+def _convert(src, to: str, out: Path | None, from_layout: str | None, heads) -> None:
     from .api import convert_checkpoint
 
     out = out or _default_out(src.name, to)
-    _report(convert_checkpoint(src, out, to, from_layout, heads), to, out, heads)
+    _report(convert_checkpoint(src, out, to, from_layout, heads), to, out)
     typer.echo(out)
 
 
-def _report(converted, to: str, out: Path, heads: bool | None) -> None:
+def _report(converted, to: str, out: Path) -> None:
     result = converted.conversion
-    if result.dropped_heads:
-        why = "as asked" if heads is False else f"the {to!r} layout has no place for them"
-        say(f"left out the pre-training heads ({len(result.dropped_heads)} tensors): {why}")
+    for group, why in result.dropped.items():
+        say(f"left out the {group} group: {why}")
     if converted.nonfinite:
         names = converted.nonfinite
         shown = ", ".join(names[:12]) + (f", and {len(names) - 12} more" if len(names) > 12 else "")
@@ -176,7 +199,53 @@ def _report(converted, to: str, out: Path, heads: bool | None) -> None:
             f"warning: {len(names)} tensors of the source hold NaN or Inf, copied as they are: "
             f"{shown}"
         )
-    say(f"wrote {len(result.state_dict)} tensors in the {to!r} layout to {out}")
+    groups = ", ".join(sorted(result.groups)) or "the encoder alone"
+    say(
+        f"wrote {len(result.state_dict)} tensors in the {to!r} layout to {out} "
+        f"({result.model_class}: {groups})"
+    )
+
+
+@command
+def inspect(
+    source: Annotated[str, typer.Argument(help="Checkpoint directory, or a Hub model id.")],
+    revision: Revision = None,
+    from_layout: FromLayout = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
+) -> None:
+    """Describe a checkpoint without converting it.
+
+    The layout it is in (recorded by bertconv, or the one whose names place most of its
+    tensors), the model class and groups its tensors make, its config, parameter count and
+    dtypes, and any tensor no table accounts for, with why it would not convert."""
+    from dataclasses import asdict
+
+    from .api import inspect as describe
+
+    found = describe(source, revision, from_layout)
+    typer.echo(json.dumps(asdict(found), indent=2) if as_json else format_inspection(found))
+
+
+def format_inspection(found) -> str:
+    c = found.config
+    labels = {"classifier", "token_classifier"} & set(found.groups)
+    lines = [
+        found.source,
+        f"  layout      {found.layout} ({found.layout_found})",
+        f"  class       {found.model_class or '-'} (groups: {', '.join(found.groups) or 'none'})",
+        f"  config      {c['num_hidden_layers']} layers, hidden {c['hidden_size']}, "
+        f"{c['num_attention_heads']} heads, intermediate {c['intermediate_size']}, "
+        f"vocab {c['vocab_size']}, {c['max_position_embeddings']} positions, "
+        f"{c['type_vocab_size']} token types, {c['hidden_act']}"
+        + (f", {c['num_labels']} labels" if labels else ""),
+        f"  parameters  {found.parameters:,} in {found.tensors} tensors, "
+        f"{found.bytes / 1e6:.1f} MB ({', '.join(f'{d}: {n}' for d, n in found.dtypes.items())})",
+        f"  unplaced    {', '.join(found.unplaced) if found.unplaced else 'none'}",
+    ]
+    if found.problems:
+        lines.append("  would not convert:")
+        lines += [f"    {line}" for line in found.problems.splitlines()]
+    return "\n".join(lines)
 
 
 @command
@@ -191,9 +260,9 @@ def verify(
 ) -> None:
     """Prove parity with transformers, layer by layer.
 
-    Runs bertconv's model and transformers' on the same weights and inputs, and compares every
-    layer's hidden states (real tokens only), the pooler, and the MLM and NSP logits where the
-    checkpoint has heads.
+    Runs bertconv's model and transformers' (the class the checkpoint's groups make) on the same
+    weights and inputs, and compares every layer's hidden states (real tokens only), the pooler,
+    and every head's outputs, each row named after its group.
 
     Inputs: text through the checkpoint's own tokenizer (padded, both token types) and a batch
     of random ids. Tolerance: in float32, max abs difference <= 1e-5 (TF32 off); in bfloat16 and
@@ -214,8 +283,8 @@ def format_report(report) -> str:
     head = f"{'':12s} {'max abs':>10s} {'mean abs':>10s} {'limit':>10s}"
     head += f" {'their error':>13s}" if low else ""
     lines = [
-        f"parity of {report.source} on {report.device}, {report.dtype}; inputs: "
-        + ", ".join(report.inputs),
+        f"parity of {report.source} ({report.model_class}) on {report.device}, {report.dtype}; "
+        "inputs: " + ", ".join(report.inputs),
         head + "  ok",
     ]
     for row in report.rows:

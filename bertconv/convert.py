@@ -2,23 +2,28 @@
 
     convert(state_dict, config, "transformers", "bertconv") -> Conversion
 
-Every tensor is read through the source layout's table into the official names, checked against
-the shapes config.json implies, then written out through the target layout's table. Problems are
-collected, and raised once, all of them, naming each tensor. Tensors are storage references
-(storage.py): converting moves names and byte ranges, not data, and needs no torch.
+Every tensor is read through the source layout's table into the official names. The groups of
+tensors the file holds (the pooler, the heads) say which BERT class it is, config.json's
+`architectures` breaking ties; every tensor is checked against the shape config.json implies for
+that class. Then the groups the target layout has a place for (or those asked for) are written
+out through its table. Problems are collected and raised once, all of them, naming each tensor.
+Tensors are storage references (storage.py): converting moves names and byte ranges, not data,
+and needs no torch.
 """
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import storage
 from .config import BertConfig
-from .errors import CheckpointError
-from .mapping import OFFICIAL, Layout, head_names, layout, official_shapes
+from .errors import CheckpointError, UsageError
+from .mapping import ENCODER, OFFICIAL, Table, class_for, classes, group_names, layout, shapes
 
 # How many names an error lists per kind of problem before it says "and N more".
 LISTED = 12
 FLOATS = ("F32", "F16", "BF16", "F64")  # what a parameter may be stored as
+Heads = bool | Iterable[str] | None  # which groups to keep: see select_groups
 
 
 @dataclass
@@ -34,16 +39,17 @@ class Problems:
     values: list[str] = field(default_factory=list)
 
     def raise_if_any(self) -> None:
-        if not (self.missing or self.unexpected or self.shapes or self.dtypes or self.values):
-            return
-        lines = [f"{self.source}: its tensors do not fit the {self.layout!r} layout."]
-        for label, names in [
+        kinds = [
             ("missing tensors", self.missing),
             ("unexpected tensors, which no table maps", self.unexpected),
             ("wrong shapes", self.shapes),
             ("wrong dtypes", self.dtypes),
             ("wrong values", self.values),
-        ]:
+        ]
+        if not any(names for _, names in kinds):
+            return
+        lines = [f"{self.source}: its tensors do not fit the {self.layout!r} layout."]
+        for label, names in kinds:
             if names:
                 shown = ", ".join(names[:LISTED])
                 more = f", and {len(names) - LISTED} more" if len(names) > LISTED else ""
@@ -66,27 +72,41 @@ class Problems:
             )
         return (
             "What to do: if the file is in another layout, name it with --from (`bertconv "
-            "layouts` lists them). bertconv reads BERT's encoder and its pre-training heads; a "
-            "file with other tensors (a task head, another architecture) or fewer layers than "
-            "config.json says cannot be converted as it is."
+            "layouts` lists them). bertconv reads BERT's encoder, its pooler and the heads of "
+            "transformers' BERT classes; a file with other tensors (another architecture) or "
+            "fewer layers than config.json says cannot be converted as it is."
         )
+
+
+@dataclass
+class Reading:
+    """A state dict read into the official names, and the class its groups make."""
+
+    official: dict[str, storage.Tensor]
+    model_class: str
+    groups: frozenset[str]  # the class's groups, and the pooler where the file has one
+    named: dict[str, str]  # official name -> the name the file gives it
 
 
 @dataclass
 class Conversion:
     state_dict: dict[str, storage.Tensor]
-    heads: bool  # the result holds the pre-training heads
-    dropped_heads: list[str]  # official head tensors the target layout has no place for
+    model_class: str  # the class of what was written (transformers' name for it)
+    groups: frozenset[str]  # the groups written
+    dropped: dict[str, str]  # the groups of the source left out, each with why
 
 
-def to_official(
-    state_dict: dict[str, storage.Tensor], config: BertConfig, src: Layout, source: str
-) -> dict[str, storage.Tensor]:
-    """Read a state dict in layout `src` into the official names, checking everything."""
+def read_official(
+    state_dict: dict[str, storage.Tensor],
+    config: BertConfig,
+    src: Table,
+    source: str,
+    hint: object = None,
+) -> Reading:
+    """Read a state dict in layout `src` into the official names, identify its class (`hint`:
+    config.json's `architectures`), and check everything."""
     problems = Problems(source, src.name)
-    official: dict[str, storage.Tensor] = {}
-    named: dict[str, str] = {}  # official name -> the name the file gives it, for messages
-    tied = {}
+    official, named, tied = {}, {}, {}
     for name, tensor in state_dict.items():
         if name in src.ignored:
             continue
@@ -103,24 +123,107 @@ def to_official(
                 named[official_name] = name
         else:
             problems.unexpected.append(name)
+    model_class, groups = _identify(official, config, src, _hints(hint), problems)
     _check_tied(tied, official, src, problems)
-    _check_complete(official, config, src, named, problems)
+    _check_shapes(official, config, groups, named, src, problems)
     _check_dtypes(official, named, problems)
     problems.raise_if_any()
-    return official
+    return Reading(official, model_class, groups, named)
 
 
-def from_official(
-    official: dict[str, storage.Tensor], config: BertConfig, dst: Layout
+def _hints(hint: object) -> list[str]:
+    return [h for h in hint if isinstance(h, str)] if isinstance(hint, list) else []
+
+
+def _identify(
+    official: dict, config: BertConfig, src: Table, hints: list[str], problems: Problems
+) -> tuple[str, frozenset[str]]:
+    """The class the file's groups make: among the classes whose groups are all there (with at
+    most a pooler besides), the first whose shapes fit, the one config.json names first. A
+    group comes whole: one only partly there is named, tensor by tensor."""
+    present, encoder = set(official), set(shapes(config, []))
+    names = {g: set(shapes(config, [g])) - encoder for g in group_names()}
+    partial = {n for group in names.values() if group & present for n in group - present}
+    problems.missing += [_layout_name(n, src) for n in sorted(partial)]
+    heads = present - encoder
+    candidates = [
+        name
+        for name, wanted in classes().items()
+        if (needed := set().union(*(names[g] for g in wanted))) <= present
+        and heads - needed <= names["pooler"]
+    ]
+    if partial or not candidates:
+        if not partial:
+            held = sorted(g for g, group in names.items() if group <= present)
+            problems.unexpected.append(
+                f"(the heads {', '.join(held)} together make no BERT class transformers writes)"
+            )
+        return "BertModel", frozenset()
+    fitting = [c for c in candidates if _fits(official, config, classes()[c])]
+    chosen = ([c for c in fitting if c in hints] or fitting or candidates)[0]
+    pooler = {"pooler"} if names["pooler"] <= present else set()
+    return chosen, frozenset(classes()[chosen]) | pooler
+
+
+def _fits(official: dict, config: BertConfig, groups: list[str]) -> bool:
+    return all(
+        tuple(official[n].shape) == shape
+        for n, shape in shapes(config, groups).items()
+        if n in official
+    )
+
+
+def select_groups(
+    have: frozenset[str], dst: Table, heads: Heads, source: str
+) -> tuple[frozenset[str], dict[str, str]]:
+    """Which of the file's groups to write, and why each other one is left out. heads: None
+    keeps those the target layout has a place for; False, only the pooler (where the layout has
+    a place for it); True keeps them all, and a list of group names exactly those, or fails."""
+    if heads is None or heads is False:
+        wanted = have if heads is None else have & {"pooler"}
+        kept = wanted & dst.groups
+    else:
+        kept = have if heads is True else frozenset(_asked(heads, have, source))
+        lacking = sorted(kept - dst.groups)
+        if lacking:
+            raise CheckpointError(
+                f"{source}: the {dst.name!r} layout has no place for {', '.join(lacking)}"
+            )
+        wanted = kept
+    for group in sorted(dst.requires - kept):
+        why = "keep it" if group in have else f"{source} has none"
+        raise CheckpointError(
+            f"{source}: the {dst.name!r} layout's model cannot do without the {group} ({why})"
+        )
+    place = f"the {dst.name!r} layout has no place for it"
+    dropped = {g: "as asked" if g not in wanted else place for g in sorted(have - kept)}
+    return kept, dropped
+
+
+def _asked(heads: Iterable[str], have: frozenset[str], source: str) -> set[str]:
+    asked = {heads} if isinstance(heads, str) else set(heads)
+    unknown = sorted(asked - set(group_names()))
+    if unknown:
+        raise UsageError(f"no group {unknown}; the groups are {', '.join(group_names())}")
+    absent = sorted(asked - have)
+    if absent:
+        held = ", ".join(sorted(have)) or "none"
+        raise CheckpointError(f"{source}: has no {absent} (its groups: {held})")
+    return asked
+
+
+def write_layout(
+    official: dict[str, storage.Tensor], config: BertConfig, dst: Table, groups: frozenset[str]
 ) -> dict[str, storage.Tensor]:
-    """Write official tensors into layout `dst`'s names. Rows whose tensors are absent (the
-    heads of a BertModel checkpoint) are left out."""
-    heads = set(head_names(config))
-    prefix = dst.prefix if heads & official.keys() else ""
+    """The official tensors of the encoder and `groups`, under layout `dst`'s names. The
+    prefixed groups (transformers' encoder and pooler) are written under the prefix when a head
+    is there too, as transformers' task classes write them."""
+    wanted = shapes(config, sorted(groups))
+    prefix = dst.prefix if groups - dst.prefixed else ""
     out = {}
     for name, row in dst.rows.items():
-        if all(o in official for o in row.official):
-            written = name if row.official[0] in heads else prefix + name
+        if all(o in wanted and o in official for o in row.official):
+            written = prefix + name if row.group in dst.prefixed else name
             out[written] = _pack(row, [official[o] for o in row.official])
     for name, gen in dst.generated.items():
         out[name] = storage.arange(gen.arange, gen.shape)
@@ -132,34 +235,31 @@ def convert(
     config: BertConfig,
     from_layout: str = OFFICIAL,
     to_layout: str = "bertconv",
-    heads: bool | None = None,
+    heads: Heads = None,
     source: str = "state dict",
+    hint: object = None,
 ) -> Conversion:
-    """Convert between layouts. heads: None keeps the pre-training heads where the target layout
-    has a place for them, False leaves them out, True requires them."""
+    """Convert between layouts, keeping the groups `heads` says (see select_groups)."""
     src, dst = layout(from_layout, config), layout(to_layout, config)
-    official = to_official(state_dict, config, src, source)
-    head_tensors = [n for n in head_names(config) if n in official]
-    if heads and not head_tensors:
+    reading = read_official(state_dict, config, src, source, hint)
+    kept, dropped = select_groups(reading.groups, dst, heads, source)
+    try:
+        model_class = class_for(kept)
+    except ValueError:
         raise CheckpointError(
-            f"{source}: has no pre-training heads (cls.*), and heads were asked for"
-        )
-    if heads and not dst.has_heads(config):
-        raise CheckpointError(f"{source}: the {to_layout!r} layout has no pre-training heads")
-    keep_heads = heads is not False and dst.has_heads(config)
-    dropped = [] if keep_heads else head_tensors
-    for name in dropped:
-        del official[name]
-    kept = bool(head_tensors) and not dropped
-    return Conversion(from_official(official, config, dst), kept, dropped)
+            f"{source}: the groups {sorted(kept)} make no BERT class; keep the pooler too"
+        ) from None
+    written = write_layout(reading.official, config, dst, kept)
+    return Conversion(written, model_class, kept, dropped)
 
 
 def _unpack(row, tensor: storage.Tensor, config: BertConfig) -> list[storage.Tensor]:
     if row.transform == "transpose":
         return [storage.transpose(tensor)]
     if row.transform == "concat":
-        sizes = [official_shapes(config)[o][0] for o in row.official]
-        if tensor.shape[0] == sum(sizes):
+        official = shapes(config, [] if row.group == ENCODER else [row.group])
+        sizes = [official[o][0] for o in row.official]
+        if tensor.shape and tensor.shape[0] == sum(sizes):
             return storage.split_rows(tensor, sizes)
         # Wrong size: hand it on whole, so the shape check names it.
         return [tensor] * len(sizes)
@@ -174,7 +274,7 @@ def _pack(row, tensors: list[storage.Tensor]) -> storage.Tensor:
     return tensors[0]
 
 
-def _check_generated(name: str, tensor: storage.Tensor, src: Layout, problems: Problems) -> None:
+def _check_generated(name: str, tensor: storage.Tensor, src: Table, problems: Problems) -> None:
     gen = src.generated[name]
     if tensor.shape != gen.shape or not storage.equal(
         tensor, storage.arange(gen.arange, gen.shape)
@@ -182,9 +282,9 @@ def _check_generated(name: str, tensor: storage.Tensor, src: Layout, problems: P
         problems.values.append(f"{name} should be arange({gen.arange}) of shape {gen.shape}")
 
 
-def _check_tied(tied: dict, official: dict, src: Layout, problems: Problems) -> None:
+def _check_tied(tied: dict, official: dict, src: Table, problems: Problems) -> None:
     for name, tensor in tied.items():
-        target = src.tied[name]
+        target = src.rows[src.tied[name]].official[0]
         if target in official and not storage.equal(tensor, official[target]):
             problems.values.append(
                 f"{name} differs from {target}, which it should be a tied copy of "
@@ -192,16 +292,19 @@ def _check_tied(tied: dict, official: dict, src: Layout, problems: Problems) -> 
             )
 
 
-def _check_complete(
-    official: dict, config: BertConfig, src: Layout, named: dict[str, str], problems: Problems
+def _check_shapes(
+    official: dict,
+    config: BertConfig,
+    groups: frozenset[str],
+    named: dict[str, str],
+    src: Table,
+    problems: Problems,
 ) -> None:
-    """Every encoder tensor, the heads all or none, each the shape config.json implies."""
-    wanted = official_shapes(config)
-    heads = [n for n in head_names(config) if n in wanted]
-    has_heads = any(n in official for n in heads)
-    for name, shape in wanted.items():
+    """Every encoder tensor there, each tensor the shape config.json implies for its group."""
+    encoder = shapes(config, [])
+    for name, shape in shapes(config, sorted(groups)).items():
         if name not in official:
-            if name not in heads or has_heads:
+            if name in encoder:
                 problems.missing.append(_layout_name(name, src))
         elif tuple(official[name].shape) != shape:
             problems.shapes.append(
@@ -223,7 +326,7 @@ def _check_dtypes(official: dict, named: dict[str, str], problems: Problems) -> 
             problems.dtypes.append(f"{named[name]} is {tensor.dtype}, the other parameters {usual}")
 
 
-def _layout_name(official_name: str, src: Layout) -> str:
+def _layout_name(official_name: str, src: Table) -> str:
     """The name the source layout uses for an official tensor, for messages."""
     for name, row in src.rows.items():
         if official_name in row.official:

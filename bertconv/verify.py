@@ -8,7 +8,6 @@ Only real (non-padded) positions are compared: padding positions carry no meanin
 """
 
 import os
-import tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,12 +15,13 @@ from pathlib import Path
 import torch
 
 from . import files, storage
-from .api import Source, convert_checkpoint, load, resolve
-from .checkpoint import read_checkpoint
+from .api import build, convert_read, resolve
+from .checkpoint import Checkpoint, read_checkpoint
 from .config import BertConfig
+from .convert import Conversion
 from .errors import CheckpointError, MissingDependencyError, UsageError
-from .mapping import OFFICIAL
-from .model import BertForPreTraining, BertModel
+from .mapping import OFFICIAL, classes, layout
+from .model import BertModel
 
 FLOAT32_MAX_ABS = 1e-5
 LOW_PRECISION_FACTOR = 2.0
@@ -36,11 +36,34 @@ TEXTS = [
     ("I went to the bank", "to deposit my paycheck before the river flooded the town."),
 ]
 RANDOM_BATCH, RANDOM_LENGTH, SEED = 4, 48, 0
+CHOICES = 2  # multiple choice: a batch's rows are taken in twos, as the choices of one question
 TOKENIZER_LIMIT = 256 << 20  # bytes; the largest real tokenizer.json files are ~20 MB
 
 
+# What each class computes beyond the hidden states and the pooler: (row, output, per token).
+# Rows are named after the group that computes them; outputs as transformers names them.
+HEAD_OUTPUTS = {
+    "BertForPreTraining": [
+        ("mlm logits", "prediction_logits", True),
+        ("nsp logits", "seq_relationship_logits", False),
+    ],
+    "BertForMaskedLM": [("mlm logits", "logits", True)],
+    "BertForNextSentencePrediction": [("nsp logits", "logits", False)],
+    "BertForSequenceClassification": [("classifier logits", "logits", False)],
+    "BertForMultipleChoice": [("choice logits", "logits", False)],
+    "BertForTokenClassification": [("token_classifier logits", "logits", True)],
+    "BertForQuestionAnswering": [
+        ("qa start logits", "start_logits", True),
+        ("qa end logits", "end_logits", True),
+    ],
+    "BertModel": [],
+}
+
+
 @dataclass
-class Row:
+class Comparison:
+    """One compared output: how far bertconv's is from transformers', and the limit."""
+
     name: str
     max_abs: float
     mean_abs: float
@@ -55,10 +78,11 @@ class Row:
 @dataclass
 class Report:
     source: str
+    model_class: str
     device: str
     dtype: str
     inputs: list[str]
-    rows: list[Row] = field(default_factory=list)
+    rows: list[Comparison] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)  # weights holding NaN or Inf, by name
 
     @property
@@ -91,28 +115,51 @@ def pick_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def reference_model(src: Source, heads: bool):
-    """transformers' own model, read by transformers from the checkpoint itself: an independent
-    reading of the file. A directory bertconv converted into another layout is first written back
-    in the official names, which transformers then reads."""
+def reference_model(ckpt: Checkpoint, ours: Conversion):
+    """transformers' own class for the file, holding the tensors bertconv read from it. A file
+    in the official layout is handed over under the names the file gives them, which
+    transformers maps itself (legacy gamma/beta, the `bert.` prefix): independently of
+    bertconv's tables. A file in another layout is first put into official names."""
     transformers = _transformers()
-    cls = transformers.BertForPreTraining if heads else transformers.BertModel
-    with tempfile.TemporaryDirectory(prefix="bertconv-verify-") as tmp:
-        path = src.path
-        if read_checkpoint(src.path).layout != OFFICIAL:
-            path = Path(tmp)
-            convert_checkpoint(src, path, to_layout=OFFICIAL, heads=heads)
-        try:
-            model, info = cls.from_pretrained(
-                path, attn_implementation="sdpa", dtype=torch.float32, output_loading_info=True
-            )
-        except Exception as e:  # bertconv read the file; whatever transformers objects to
-            reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
-            raise CheckpointError(f"{src.path}: transformers cannot read it ({reason})") from None
+    cls = getattr(transformers, ours.model_class)
+    pooler = "pooler" in ours.groups
+    # A pooler that transformers' class has no place for (an older task checkpoint's) stays out.
+    keeps_pooler = "pooler" in classes()[ours.model_class] or ours.model_class == "BertModel"
+    groups = ours.groups - ({"pooler"} if not keeps_pooler else set())
+    if ckpt.layout == OFFICIAL:
+        tensors = _without_pooler(ckpt) if pooler and not keeps_pooler else ckpt.state_dict
+    else:
+        tensors = convert_read(ckpt, OFFICIAL, sorted(groups)).state_dict
+    maps = {}
+    state_dict = {name: storage.to_torch(t, maps) for name, t in tensors.items()}
+    extra = {"add_pooling_layer": pooler} if ours.model_class == "BertModel" else {}
+    try:
+        config = transformers.BertConfig.from_dict(ckpt.config_dict)
+        model, info = cls.from_pretrained(
+            None,
+            config=config,
+            state_dict=state_dict,
+            attn_implementation="sdpa",
+            dtype=torch.float32,
+            output_loading_info=True,
+            **extra,
+        )
+    except Exception as e:  # bertconv read the file; whatever transformers objects to
+        reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
+        raise CheckpointError(f"{ckpt.path}: transformers cannot read it ({reason})") from None
     unread = {k: v for k, v in info.items() if k != "error_msgs" and v}
     if unread:
-        raise CheckpointError(f"{src.path}: transformers could not read all of it: {unread}")
+        raise CheckpointError(f"{ckpt.path}: transformers could not read all of it: {unread}")
     return model.eval()
+
+
+def _without_pooler(ckpt: Checkpoint) -> dict:
+    table = layout(OFFICIAL, ckpt.config)
+    return {
+        name: t
+        for name, t in ckpt.state_dict.items()
+        if (row := table.rows.get(table.aliases.get(name, name))) is None or row.group != "pooler"
+    }
 
 
 def tokenizer_batch(path: Path, config: BertConfig) -> dict[str, torch.Tensor] | None:
@@ -187,67 +234,87 @@ def random_batch(config: BertConfig) -> dict[str, torch.Tensor]:
 
 
 def verify(source: str, device: str = "auto", dtype: str = "float32", revision: str | None = None):
-    """Run bertconv's model and transformers' on the same inputs and compare every layer."""
+    """Run bertconv's model and transformers' on the same inputs and compare every layer and
+    every head. The checkpoint is read once; both models get that reading."""
     _transformers()
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
     dev = pick_device(device)
     src = resolve(source, revision)
-    nonfinite = storage.nonfinite(read_checkpoint(src.path).state_dict)
-    ours = load(src)
-    reference = reference_model(src, heads=isinstance(ours, BertForPreTraining))
-    batches = {"random ids": random_batch(ours.config)}
-    text = tokenizer_batch(src.path, ours.config)
-    if text is not None:
-        batches = {"tokenized text": text} | batches
-    report = Report(src.name, str(dev), dtype, list(batches), nonfinite=nonfinite)
+    ckpt = read_checkpoint(src.path)
+    nonfinite = storage.nonfinite(ckpt.state_dict)
+    conversion = convert_read(ckpt, "bertconv")
+    ours, reference = build(conversion, ckpt.config), reference_model(ckpt, conversion)
+    batches = inputs(src.path, ckpt.config, conversion.model_class)
+    report = Report(
+        src.name, conversion.model_class, str(dev), dtype, list(batches), nonfinite=nonfinite
+    )
+    heads = HEAD_OUTPUTS[conversion.model_class]
     with _no_tf32():
-        expected = run(reference, batches.values(), dev, torch.float32)
+        expected = run(reference, batches.values(), dev, torch.float32, heads)
         if dtype == "float32":
-            got = run(ours, batches.values(), dev, torch.float32)
+            got = run(ours, batches.values(), dev, torch.float32, heads)
             report.rows = [_row(k, got[k], expected[k], FLOAT32_MAX_ABS) for k in expected]
         else:
-            theirs = run(reference, batches.values(), dev, DTYPES[dtype])
-            got = run(ours, batches.values(), dev, DTYPES[dtype])
+            theirs = run(reference, batches.values(), dev, DTYPES[dtype], heads)
+            got = run(ours, batches.values(), dev, DTYPES[dtype], heads)
             for k in expected:
                 own = (theirs[k] - expected[k]).abs().max().item()
                 report.rows.append(_row(k, got[k], expected[k], LOW_PRECISION_FACTOR * own, own))
     return report
 
 
-def _row(name, got, expected, limit, reference_max_abs=None) -> Row:
+def inputs(path: Path, config: BertConfig, model_class: str) -> dict[str, dict]:
+    """The batches both models read: the checkpoint's own tokenizer on TEXTS (where it ships
+    one), and random ids; for multiple choice, rows taken in twos as the choices of one item."""
+    batches = {"random ids": random_batch(config)}
+    text = tokenizer_batch(path, config)
+    if text is not None:
+        batches = {"tokenized text": text} | batches
+    if model_class == "BertForMultipleChoice":
+        return {
+            k: {n: t.view(-1, CHOICES, t.shape[-1]) for n, t in b.items()}
+            for k, b in batches.items()
+        }
+    return batches
+
+
+def _row(name, got, expected, limit, reference_max_abs=None) -> Comparison:
     diff = (got - expected).abs()
-    return Row(name, diff.max().item(), diff.mean().item(), limit, reference_max_abs)
+    return Comparison(name, diff.max().item(), diff.mean().item(), limit, reference_max_abs)
 
 
-def run(model, batches, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def run(model, batches, device: torch.device, dtype: torch.dtype, heads) -> dict[str, torch.Tensor]:
     """The compared outputs of `model` over all batches, in float32 on the CPU."""
     model.to(device=device, dtype=dtype)
-    per_batch = [_outputs(model, {k: v.to(device) for k, v in b.items()}) for b in batches]
+    per_batch = [_outputs(model, {k: v.to(device) for k, v in b.items()}, heads) for b in batches]
     return {k: torch.cat([p[k] for p in per_batch]) for k in per_batch[0]}
 
 
-def _outputs(model, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """One forward pass: hidden states and MLM logits at real positions, the pooler, NSP logits.
-    Works for both models: transformers' BertForPreTraining does not return its pooler output,
-    so a hook on the pooler catches it."""
-    pooler = model.pooler if hasattr(model, "pooler") else model.bert.pooler
+def _outputs(model, batch: dict[str, torch.Tensor], heads) -> dict[str, torch.Tensor]:
+    """One forward pass: hidden states at real positions, the pooler, and each head's outputs
+    (per-token ones at real positions). Works for both models: transformers' task classes do not
+    return the pooler output, so a hook on the pooler catches it."""
+    base = model if isinstance(model, BertModel) or not hasattr(model, "bert") else model.bert
     pooled = []
-    hook = pooler.register_forward_hook(lambda module, args, out: pooled.append(out))
+    hook = None
+    if base.pooler is not None:
+        hook = base.pooler.register_forward_hook(lambda m, a, out: pooled.append(out))
     try:
         with torch.inference_mode():
-            out = model(
-                **batch, **({} if isinstance(model, BertModel) else {"output_hidden_states": True})
-            )
+            theirs = {} if isinstance(model, BertModel) else {"output_hidden_states": True}
+            out = model(**batch, **theirs)
     finally:
-        hook.remove()
-    real = batch["attention_mask"].bool()
+        if hook:
+            hook.remove()
+    real = batch["attention_mask"].reshape(-1, batch["attention_mask"].shape[-1]).bool()
     named = {"embeddings": out.hidden_states[0][real]}
     named |= {f"layer {i}": h[real] for i, h in enumerate(out.hidden_states[1:], 1)}
-    named["pooler"] = pooled[0]
-    if hasattr(out, "prediction_logits"):
-        named["mlm logits"] = out.prediction_logits[real]
-        named["nsp logits"] = out.seq_relationship_logits
+    if pooled:
+        named["pooler"] = pooled[0]
+    for row, output, per_token in heads:
+        value = getattr(out, output)
+        named[row] = value[real] if per_token else value
     return {k: v.float().cpu() for k, v in named.items()}
 
 
