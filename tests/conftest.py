@@ -153,3 +153,89 @@ def every_written_safetensors_file_opens_with_safetensors(tmp_path_factory):
         except Exception as e:
             unreadable.append(f"{path}: {e}")
     assert not unreadable, "files safetensors cannot read:\n" + "\n".join(unreadable)
+
+
+# transformers' BERT classes as checkpoints of each: (class, config fields, model arguments).
+TASKS = {
+    "BertModel": ("BertModel", {}, {}),
+    "BertModel without pooler": ("BertModel", {}, {"add_pooling_layer": False}),
+    "BertForPreTraining": ("BertForPreTraining", {}, {}),
+    "BertForMaskedLM": ("BertForMaskedLM", {}, {}),
+    "BertForNextSentencePrediction": ("BertForNextSentencePrediction", {}, {}),
+    "BertForSequenceClassification": ("BertForSequenceClassification", {"num_labels": 3}, {}),
+    "regression": (
+        "BertForSequenceClassification",
+        {"num_labels": 1, "problem_type": "regression"},
+        {},
+    ),
+    "multi-label": (
+        "BertForSequenceClassification",
+        {"num_labels": 4, "problem_type": "multi_label_classification"},
+        {},
+    ),
+    "BertForMultipleChoice": ("BertForMultipleChoice", {}, {}),
+    "BertForTokenClassification": ("BertForTokenClassification", {"num_labels": 5}, {}),
+    "BertForQuestionAnswering": ("BertForQuestionAnswering", {}, {}),
+}
+# The forms checkpoints come in: as transformers 5 writes them; as transformers 4 wrote .bin
+# files (every key, the tied copies too); without the `bert.` prefix; TF-era names (gamma/beta,
+# the position_ids buffer, the decoder stored).
+FORMS = ["safetensors", "bin", "unprefixed", "legacy"]
+
+
+def task_model(task: str):
+    """A transformers model of the task, seeded, every bias random (so that none is zero)."""
+    import transformers
+
+    name, fields, kwargs = TASKS[task]
+    torch.manual_seed(SEED)
+    model = getattr(transformers, name)(transformers.BertConfig(**TINY, **fields), **kwargs)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("bias"):
+                p.normal_(0, 0.1)
+    return model.eval()
+
+
+def write_task(model, form: str, path: Path) -> Path:
+    model.save_pretrained(path)
+    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    weights = path / "model.safetensors"
+    if form == "bin":
+        weights.unlink()
+        torch.save(
+            {k: v.clone() for k, v in model.state_dict().items()}, path / "pytorch_model.bin"
+        )
+    elif form == "unprefixed":
+        save_file({k.removeprefix("bert."): v for k, v in load_file(weights).items()}, weights)
+    elif form == "legacy":
+        tensors = load_file(weights)
+        legacy = {
+            k.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
+                "LayerNorm.bias", "LayerNorm.beta"
+            ): v
+            for k, v in tensors.items()
+        }
+        prefix = "bert." if any(k.startswith("bert.") for k in tensors) else ""
+        legacy[f"{prefix}embeddings.position_ids"] = torch.arange(TINY["max_position_embeddings"])[
+            None
+        ]
+        if "cls.predictions.bias" in tensors:
+            legacy["cls.predictions.decoder.weight"] = tensors[
+                f"{prefix}embeddings.word_embeddings.weight"
+            ].clone()
+            legacy["cls.predictions.decoder.bias"] = legacy.pop("cls.predictions.bias")
+        save_file({k: v.contiguous() for k, v in legacy.items()}, weights)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tasks(tmp_path_factory) -> dict[tuple[str, str], Path]:
+    """A checkpoint of every class, in every form: {(task, form): directory}."""
+    root = tmp_path_factory.mktemp("tasks")
+    out = {}
+    for task in TASKS:
+        model = task_model(task)
+        for form in FORMS:
+            out[task, form] = write_task(model, form, root / f"{task}-{form}".replace(" ", "-"))
+    return out

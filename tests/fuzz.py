@@ -414,13 +414,10 @@ def table_campaign(examples: int, seed: int | None, tally: Tally) -> None:
 
 
 def _clear_caches() -> None:
-    for cached in (
-        mapping.layout_names,
-        mapping._official_table,
-        mapping._layout,
-        mapping._official_shapes,
-    ):
+    """Forget every table read: the next test reads the shipped ones again."""
+    for cached in (mapping._raw, mapping._catalog, mapping._group_names, mapping._layout):
         cached.cache_clear()
+    mapping._shapes.cache_clear()
 
 
 # The command --------------------------------------------------------------------------------------

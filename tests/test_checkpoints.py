@@ -62,7 +62,7 @@ def test_minbert_model_loads_the_file_strictly_buffers_included(
     checkpoints, reference, batch, tmp_path
 ):
     result = convert_dir(checkpoints["pretraining"], tmp_path, to="minbert").conversion
-    assert result.dropped_heads
+    assert set(result.dropped) == {"mlm", "nsp"}
     model = seed_models.MinbertModel(seed_models.MinbertConfig(**TINY)).eval()
     model.load_state_dict(load_file(tmp_path / "model.safetensors"), strict=True)
     zeros = torch.zeros_like(batch["input_ids"])  # minbert ignores token types, as written
@@ -99,7 +99,7 @@ def test_bad_tensors_are_all_named_with_the_file_and_nothing_is_written(checkpoi
     def edit(t):
         del t["bert.encoder.layer.0.attention.self.query.weight"]
         t["bert.encoder.layer.0.attention.self.key.bias"] = torch.zeros(31)
-        t["classifier.weight"] = torch.zeros(2, 32)
+        t["lm_head.weight"] = torch.zeros(2, 32)
 
     bad = broken_copy(checkpoints["pretraining"], tmp_path / "bad", edit)
     with pytest.raises(CheckpointError) as err:
@@ -108,7 +108,7 @@ def test_bad_tensors_are_all_named_with_the_file_and_nothing_is_written(checkpoi
     assert str(bad) in message
     assert "encoder.layer.0.attention.self.query.weight" in message
     assert "encoder.layer.0.attention.self.key.bias is (31,), config.json implies (32,)" in message
-    assert "classifier.weight" in message
+    assert "lm_head.weight" in message
     assert not (tmp_path / "out").exists()
 
 
