@@ -21,7 +21,7 @@ from .checkpoint import (
 )
 from .convert import Conversion, Heads, convert
 from .errors import BertconvError, NotFoundError
-from .mapping import OFFICIAL
+from .mapping import OFFICIAL, recorded_as
 
 WRITTEN = ("model.safetensors", "config.json", *TOKENIZER_FILES)  # what a conversion writes
 
@@ -78,7 +78,7 @@ def up_to_date(out: Path, source: str, revision: str, layout: str, heads: Heads)
     wanted = {
         SOURCE_KEY: source,
         REVISION_KEY: revision,
-        LAYOUT_KEY: layout,
+        LAYOUT_KEY: recorded_as(layout),
         HEADS_KEY: heads_asked(heads),
     }
     return (Path(out) / "config.json").is_file() and all(
@@ -142,7 +142,7 @@ def _convert_into(src: Source, output: files.Output, to_layout, from_layout, hea
     output.check_not_source(src.path, [*ckpt.files, *tokenizer_files(src.path)], WRITTEN)
     result = convert_read(ckpt, to_layout, heads)
     metadata = {
-        LAYOUT_KEY: to_layout,
+        LAYOUT_KEY: recorded_as(to_layout),
         SOURCE_KEY: src.name,
         REVISION_KEY: src.revision or ckpt.metadata.get(REVISION_KEY, ""),
         HEADS_KEY: heads_asked(heads),
@@ -168,17 +168,19 @@ def load(
     source: "str | Path | Source",
     revision: str | None = None,
     heads: Heads = None,
-    from_layout: str | None = None,
+    layout: str | None = None,
 ):
     """bertconv's model with the weights of `source`, in eval mode.
 
     `source` is a checkpoint directory (official, or converted by bertconv into any layout) or a
-    Hub model id. The result is the class the file's groups make, under transformers' name
+    Hub model id; `layout` names the layout it is in (a shipped one, or a table file) where
+    bertconv did not record it. The result is the class the file's groups make, under
+    transformers' name
     (BertForPreTraining, BertForSequenceClassification, ..., BertModel); `heads` narrows it:
     False for the encoder and pooler alone, or a list of the groups to keep. Loading is strict:
     every parameter comes from the file, none is left at an initial value."""
     src = resolve(source, revision)
-    ckpt = read_checkpoint(src.path, from_layout)
+    ckpt = read_checkpoint(src.path, layout)
     return build(convert_read(ckpt, "bertconv", heads), ckpt.config)
 
 

@@ -158,7 +158,8 @@ def _recorded_layout(path: Path, metadata: dict[str, str]) -> str:
     if recorded not in layout_names():
         raise CheckpointError(
             f"{path}: its metadata says it is in layout {recorded!r}, which is not one bertconv "
-            f"ships ({', '.join(layout_names())}). Name the layout it is in with --from."
+            f"ships ({', '.join(layout_names())}). Name the layout it is in with --from (a "
+            "shipped name, or the path to the table file it was written with)."
         )
     return recorded
 

@@ -27,8 +27,13 @@ app = typer.Typer(
     "writable, 8 gated repository (log in), 70 a bug in bertconv, 130/143 interrupted.",
 )
 
-Layout = Annotated[
-    str, typer.Option("--to", help="Layout to write (`bertconv layouts` lists them).")
+LayoutOption = Annotated[
+    str,
+    typer.Option(
+        "--to",
+        help="Layout to write: a shipped one (`bertconv layouts` lists them) or a table file "
+        "(./mybert.toml; `bertconv infer` writes one for your model).",
+    ),
 ]
 Out = Annotated[
     Path | None,
@@ -41,7 +46,8 @@ FromLayout = Annotated[
     str | None,
     typer.Option(
         "--from",
-        help="Layout SOURCE is in [default: what bertconv recorded in it, else transformers'].",
+        help="Layout SOURCE is in, a shipped one or a table file [default: what bertconv "
+        "recorded in it, else transformers'].",
     ),
 ]
 Heads = Annotated[
@@ -96,7 +102,7 @@ def layouts() -> None:
 @command
 def convert(
     source: Annotated[str, typer.Argument(help="Checkpoint directory, or a Hub model id.")],
-    to: Layout = "bertconv",
+    to: LayoutOption = "bertconv",
     out: Out = None,
     revision: Revision = None,
     from_layout: FromLayout = None,
@@ -126,7 +132,7 @@ def convert(
 def fetch(
     model_id: Annotated[str, typer.Argument(help="Hub model id, e.g. bert-base-uncased.")],
     revision: Revision = None,
-    to: Layout = "bertconv",
+    to: LayoutOption = "bertconv",
     out: Out = None,
     heads: Heads = None,
     groups: Groups = None,
@@ -170,14 +176,16 @@ def _selection(heads: bool | None, groups: str | None):
 
 
 def _check_layout(to: str) -> None:
-    from .mapping import layout_names
+    """Read the table now, so that a wrong --to fails before anything is read or fetched."""
+    from .mapping import describe, is_table_file, layout_names
 
-    if to not in layout_names():
+    if not is_table_file(to) and to not in layout_names():
         raise UsageError(f"--to {to!r}: no such layout; one of {', '.join(layout_names())}")
+    describe(to)
 
 
 def _default_out(name: str, to: str) -> Path:
-    return Path(f"{Path(name).name}-{to}")
+    return Path(f"{Path(name).name}-{Path(to).stem}")
 
 
 def _convert(src, to: str, out: Path | None, from_layout: str | None, heads) -> None:

@@ -19,6 +19,7 @@ from . import storage
 from .config import BertConfig
 from .errors import CheckpointError, UsageError
 from .mapping import ENCODER, OFFICIAL, Table, class_for, classes, group_names, layout, shapes
+from .transforms import REGISTRY
 
 # How many names an error lists per kind of problem before it says "and N more".
 LISTED = 12
@@ -254,24 +255,14 @@ def convert(
 
 
 def _unpack(row, tensor: storage.Tensor, config: BertConfig) -> list[storage.Tensor]:
-    if row.transform == "transpose":
-        return [storage.transpose(tensor)]
-    if row.transform == "concat":
-        official = shapes(config, [] if row.group == ENCODER else [row.group])
-        sizes = [official[o][0] for o in row.official]
-        if tensor.shape and tensor.shape[0] == sum(sizes):
-            return storage.split_rows(tensor, sizes)
-        # Wrong size: hand it on whole, so the shape check names it.
-        return [tensor] * len(sizes)
-    return [tensor]
+    """The official tensors a row's tensor holds."""
+    official = shapes(config, [] if row.group == ENCODER else [row.group])
+    return REGISTRY[row.transform].to_official(tensor, [official[o] for o in row.official])
 
 
 def _pack(row, tensors: list[storage.Tensor]) -> storage.Tensor:
-    if row.transform == "transpose":
-        return storage.transpose(tensors[0])
-    if row.transform == "concat":
-        return storage.join_rows(tensors)
-    return tensors[0]
+    """A row's tensor, made of the official ones."""
+    return REGISTRY[row.transform].to_layout(tensors)
 
 
 def _check_generated(name: str, tensor: storage.Tensor, src: Table, problems: Problems) -> None:

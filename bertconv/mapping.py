@@ -18,13 +18,13 @@ from typing import NamedTuple
 
 from . import mappings
 from .config import SIZES, BertConfig
-from .errors import TableError, UsageError
+from .errors import NotFoundError, TableError, UsageError
+from .transforms import REGISTRY
 
 TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
 
 OFFICIAL = "transformers"
 ENCODER = "encoder"
-TRANSFORMS = ("rename", "transpose", "concat")
 TABLE_LIMIT = 1 << 20  # bytes: a table is a few KB
 MAX_DIM = 1 << 24
 LISTED = 12  # rows named in one error
@@ -51,7 +51,7 @@ class Row(NamedTuple):
 
     name: str
     official: tuple[str, ...]
-    transform: str = "rename"  # transpose: stored (in, out); concat: official ones stacked on dim 0
+    transform: str = "rename"  # a name in transforms.REGISTRY
     group: str = ENCODER
 
 
@@ -93,18 +93,52 @@ def layout_names() -> list[str]:
 
 
 def describe_layouts() -> list[tuple[str, str]]:
-    return [(name, _raw(name)["description"]) for name in layout_names()]
+    return [(name, describe(name)) for name in layout_names()]
+
+
+def describe(name: str) -> str:
+    """A layout's description, its table read (and checked) on the way."""
+    return _raw(name)["description"]
+
+
+def is_table_file(name: str) -> bool:
+    """Is `name` a path to a table of the user's (`./mybert.toml`), not a shipped layout?"""
+    return name.endswith(".toml") or "/" in name
+
+
+def _raw(name: str) -> dict:
+    return _read(_source(name))
+
+
+def _source(name: str) -> str | tuple[str, int, int]:
+    """What identifies a table: a shipped one by its name; a file by its path and its state on
+    disk, so that a table edited between two calls is read again."""
+    if not is_table_file(name):
+        if name not in layout_names():
+            raise UsageError(
+                f"no layout {name!r}; known layouts: {', '.join(layout_names())} "
+                "(`bertconv layouts` describes them), or a path to a table file (.toml)"
+            )
+        return name
+    path = Path(name).expanduser()
+    try:
+        state = path.stat()
+    except OSError:
+        raise NotFoundError(f"{name}: no such table file") from None
+    return str(path.resolve()), state.st_mtime_ns, state.st_size
 
 
 @cache
-def _raw(name: str) -> dict:
-    """A shipped table, by name. Names are looked up, never joined into a path."""
-    if name not in layout_names():
-        raise UsageError(
-            f"no layout {name!r}; known layouts: {', '.join(layout_names())} "
-            "(`bertconv layouts` describes them)"
-        )
-    return read_table(TABLES / f"{name}.toml")
+def _read(source: str | tuple[str, int, int]) -> dict:
+    """A table, by what identifies it. Shipped names are looked up, never joined into a path
+    from a file's contents."""
+    return read_table(TABLES / f"{source}.toml" if isinstance(source, str) else Path(source[0]))
+
+
+def recorded_as(name: str) -> str:
+    """How a file written in layout `name` records it: a shipped name as it is; a table file as
+    `file:NAME.toml`, which is never taken from a file again (the user names it with --from)."""
+    return f"file:{Path(name).name}" if is_table_file(name) else name
 
 
 def read_table(path: Path) -> dict:
@@ -224,34 +258,45 @@ def _row_problems(table: dict) -> list[tuple[str, str]]:
 
 
 def _row_problem(name: str, spec, shapes: dict, claimed: dict) -> str | None:
-    targets, problem = _row_targets(spec)
+    targets, transform, problem = _row_targets(spec)
     for target in targets:
         if target not in shapes:
             return problem or f"{target!r} is not an official tensor of this section"
         if ("{layer}" in target) != ("{layer}" in name):
             return "{layer} must appear on both sides of a row, or neither"
+    if problem:
+        return problem
+    dims = [shapes[t] for t in targets]
+    if any(len(d) not in REGISTRY[transform].ranks for d in dims):
+        return f"{transform} applies to tensors of rank {REGISTRY[transform].ranks}"
+    if any(d[1:] != dims[0][1:] for d in dims):
+        return f"{transform}: the tensors do not stack (their shapes differ past the first)"
+    for target in targets:
         if target in claimed:
             return f"{target!r} is claimed by {claimed[target]!r} too"
         claimed[target] = name
-    return problem
+    return None
 
 
-def _row_targets(spec) -> tuple[list[str], str | None]:
-    """The official names a row's value names, and what is wrong with its form, if anything."""
+def _row_targets(spec) -> tuple[list[str], str, str | None]:
+    """The official names a row's value names, its transform, and what is wrong with its form."""
     if isinstance(spec, str):
-        return [spec], None
+        return [spec], "rename", None
     if isinstance(spec, dict) and len(spec) == 1:
         ((transform, target),) = spec.items()
-        if transform not in TRANSFORMS:
-            return [], f"unknown transform {transform!r}; one of {', '.join(TRANSFORMS)}"
-        targets = [target] if isinstance(target, str) else target
+        if transform not in REGISTRY:
+            return [], "", f"unknown transform {transform!r}; one of {', '.join(REGISTRY)}"
+        fuses = REGISTRY[transform].fuses
+        targets = target if fuses else [target]
         if (
             isinstance(targets, list)
+            and len(targets) >= (2 if fuses else 1)
             and all(isinstance(t, str) for t in targets)
-            and (transform == "concat") == (len(targets) > 1)
         ):
-            return targets, None
-    return [], 'a row is "official name" or { transform = "official name" or [names] }'
+            return targets, transform, None
+        what = "a list of official names" if fuses else "an official name"
+        return [], "", f"{transform} takes {what}"
+    return [], "", 'a row is "official name" or { transform = "official name" or [names] }'
 
 
 def _generated_problems(generated: dict) -> list[tuple[str, str]]:
@@ -339,14 +384,15 @@ def _dim(value: int | str, config: BertConfig) -> int:
 
 
 def layout(name: str, config: BertConfig) -> Table:
-    """The table called `name`, expanded for `config`'s number of layers."""
-    return _layout(name, _key(config))
+    """The table called `name` (or in the file `name`), expanded for `config`'s number of
+    layers."""
+    return _layout(name, _source(name), _key(config))
 
 
 @cache
-def _layout(name: str, config_key: tuple) -> Table:
+def _layout(name: str, source, config_key: tuple) -> Table:
     config = BertConfig(**dict(config_key))
-    raw, n = _raw(name), config.num_hidden_layers
+    raw, n = _read(source), config.num_hidden_layers
     rows = {}
     for group, section in _sections(raw):
         for pattern, spec in section.items():
@@ -387,10 +433,7 @@ def _layout(name: str, config_key: tuple) -> Table:
 def _row(name: str, spec, index: int, group: str, official: bool) -> Row:
     if official:  # the official table's rows define the tensors: each is its own name
         return Row(name, (name,), "rename", group)
-    if isinstance(spec, str):
-        return Row(name, (spec.replace("{layer}", str(index)),), "rename", group)
-    ((transform, targets),) = spec.items()
-    targets = [targets] if isinstance(targets, str) else targets
+    targets, transform, _ = _row_targets(spec)
     return Row(name, tuple(t.replace("{layer}", str(index)) for t in targets), transform, group)
 
 

@@ -415,7 +415,7 @@ def table_campaign(examples: int, seed: int | None, tally: Tally) -> None:
 
 def _clear_caches() -> None:
     """Forget every table read: the next test reads the shipped ones again."""
-    for cached in (mapping._raw, mapping._catalog, mapping._group_names, mapping._layout):
+    for cached in (mapping._read, mapping._catalog, mapping._group_names, mapping._layout):
         cached.cache_clear()
     mapping._shapes.cache_clear()
 

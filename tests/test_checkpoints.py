@@ -160,7 +160,7 @@ def test_a_users_own_minbert_file_loads_with_from(checkpoints, batch, tmp_path):
     (tmp_path / "config.json").write_bytes((checkpoints["base"] / "config.json").read_bytes())
     with pytest.raises(CheckpointError, match="name it with --from"):
         bertconv.load(tmp_path)
-    ours = bertconv.load(tmp_path, from_layout="minbert")
+    ours = bertconv.load(tmp_path, layout="minbert")
     model.eval()
     with torch.no_grad():
         a = ours(batch["input_ids"], batch["attention_mask"]).last_hidden_state

@@ -314,7 +314,16 @@ TABLE_PROBLEMS = {
     ),
     "a concat of one": (
         '"x.{layer}.weight" = { concat = "encoder.layer.{layer}.attention.self.query.weight" }',
-        'a row is "official name"',
+        "concat takes a list of official names",
+    ),
+    "a transposed bias": (
+        '"x.{layer}.bias" = { transpose = "encoder.layer.{layer}.attention.self.query.bias" }',
+        "transpose applies to tensors of rank (2,)",
+    ),
+    "a weight fused with a bias": (
+        '"x.{layer}" = { concat = ["encoder.layer.{layer}.attention.self.query.weight", '
+        '"encoder.layer.{layer}.attention.self.query.bias"] }',
+        "the tensors do not stack",
     ),
     "a head's tensor in the encoder": (
         '"x.weight" = "pooler.dense.weight"',
