@@ -253,23 +253,32 @@ def inspect(
 
     src = resolve(source, revision)
     ckpt = read_checkpoint(src.path, from_layout or OFFICIAL)  # the layout is found below
-    recorded = from_layout or ckpt.metadata.get(LAYOUT_KEY)
-    recorded = recorded if recorded in layout_names() else None  # a name, never a path
+    said = ckpt.metadata.get(LAYOUT_KEY)
+    recorded = from_layout or (said if said in layout_names() else None)  # a name, not a path
     tables = [layout(n, ckpt.config) for n in ([recorded] if recorded else layout_names())]
     placed = {t.name: [n for n in ckpt.state_dict if _places(t, n)] for t in tables}
     best = max(tables, key=lambda t: len(placed[t.name]))
     found = "given" if from_layout else "recorded in its metadata" if recorded else "by its names"
     ckpt.layout = best.name
-    try:
-        conversion, problems = convert_read(ckpt, best.name, True), None
-    except BertconvError as e:
-        conversion, problems = None, str(e)
+    conversion, problems = None, None
+    if not placed[best.name]:
+        found = (
+            f"no shipped table names its tensors; its metadata says {said!r}"
+            if said
+            else "no shipped table names its tensors"
+        )
+        problems = "Name the table it is in with --from (a shipped layout or a table file)."
+    else:
+        try:
+            conversion = convert_read(ckpt, best.name, True)
+        except BertconvError as e:
+            problems = str(e)
     tensors = ckpt.state_dict.values()
     weights = [t for n, t in ckpt.state_dict.items() if n in best.rows or n in best.aliases]
     return Inspection(
         src.name,
         str(src.path),
-        best.name,
+        best.name if placed[best.name] else "unknown",
         found,
         conversion.model_class if conversion else None,
         sorted(conversion.groups) if conversion else [],

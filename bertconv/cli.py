@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from .errors import BertconvError, Interrupted, UsageError
+from .errors import BertconvError, Interrupted, OutputError, UsageError
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug in bertconv, never the user's doing
 
@@ -24,7 +24,8 @@ app = typer.Typer(
     help="Bring official pretrained BERT weights into from-scratch BERT code, and prove that they "
     "compute the same thing. Exit codes: 0 ok, 1 verify found a difference, 2 usage, 3 not found, "
     "4 bad checkpoint, 5 Hub unreachable or download broken, 6 missing extra, 7 output not "
-    "writable, 8 gated repository (log in), 70 a bug in bertconv, 130/143 interrupted.",
+    "writable, 8 gated repository (log in), 70 a bug in bertconv, 130/143 interrupted. "
+    "Your own BERT: `infer` writes a table for it, `verify --model` proves it.",
 )
 
 LayoutOption = Annotated[
@@ -202,7 +203,7 @@ def _report(converted, to: str, out: Path) -> None:
         say(f"left out the {group} group: {why}")
     if converted.nonfinite:
         names = converted.nonfinite
-        shown = ", ".join(names[:12]) + (f", and {len(names) - 12} more" if len(names) > 12 else "")
+        shown = _listed(names)
         say(
             f"warning: {len(names)} tensors of the source hold NaN or Inf, copied as they are: "
             f"{shown}"
@@ -234,6 +235,11 @@ def inspect(
     typer.echo(json.dumps(asdict(found), indent=2) if as_json else format_inspection(found))
 
 
+def _listed(names: list[str], most: int = 12) -> str:
+    more = f", and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
 def format_inspection(found) -> str:
     c = found.config
     labels = {"classifier", "token_classifier"} & set(found.groups)
@@ -248,12 +254,71 @@ def format_inspection(found) -> str:
         + (f", {c['num_labels']} labels" if labels else ""),
         f"  parameters  {found.parameters:,} in {found.tensors} tensors, "
         f"{found.bytes / 1e6:.1f} MB ({', '.join(f'{d}: {n}' for d, n in found.dtypes.items())})",
-        f"  unplaced    {', '.join(found.unplaced) if found.unplaced else 'none'}",
+        f"  unplaced    {_listed(found.unplaced) or 'none'}",
     ]
     if found.problems:
         lines.append("  would not convert:")
         lines += [f"    {line}" for line in found.problems.splitlines()]
     return "\n".join(lines)
+
+
+@command
+def infer(
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="Your BERT: PKG.MODULE:NAME or path/to/file.py:NAME, a class called with the "
+            "config or a function returning an nn.Module."
+        ),
+    ],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="A config.json to build it with [default: a small one whose sizes all differ]."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write the table there [default: print it].")
+    ] = None,
+) -> None:
+    """Write a mapping table for your own BERT.
+
+    Matches your model's tensors to BERT's by layer, shape, registration order and name hints
+    (q/query/Wq, gamma/weight, ln/norm, ...), recognises weights stored transposed (x @ W) and
+    fused query/key/value, and settles what shapes cannot tell apart by running your model
+    against transformers' BertModel with random weights, layer by layer: the table written is
+    one with which every layer agrees within 1e-5. A model that no table makes compute BERT (a
+    pre-LayerNorm block, a missing part) is refused, saying where the closest one diverges
+    (exit 1). Then: `bertconv convert CKPT --to TABLE` and `bertconv verify CKPT --model MODEL
+    --layout TABLE`."""
+    from .errors import NotBertError
+    from .files import read_json_object
+    from .infer import infer as run_infer
+
+    found = run_infer(model, read_json_object(config) if config else None)
+    if found.text is None:
+        raise NotBertError(f"{model}: {found.reason}")
+    checked = ", ".join(f"{k} {v:.1e}" for k, v in found.checked.items())
+    say(f"inferred a table for {model} from {found.trials} candidate(s); max abs: {checked}")
+    if out is None:
+        typer.echo(found.text, nl=False)
+        return
+    _write_table(out, found.text)
+    say(f"wrote {out}")
+    typer.echo(out)
+
+
+def _write_table(out: Path, text: str) -> None:
+    """Written aside, then renamed into place: never half a table."""
+    import os
+
+    tmp = out.with_name(f".{out.name}.bertconv-{os.getpid():012x}.partial")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"{out}: cannot write the table ({e.strerror or e})") from None
 
 
 @command
@@ -264,13 +329,30 @@ def verify(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
     revision: Revision = None,
+    from_layout: FromLayout = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Your own BERT instead of bertconv's: PKG.MODULE:NAME or path/to/file.py:NAME, "
+            "a class called with the config, or a function returning an nn.Module."
+        ),
+    ] = None,
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            help="With --model: the table of its names (a shipped layout or a .toml file) "
+            "[default: the shipped layout whose names are exactly the model's]."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Prove parity with transformers, layer by layer.
 
     Runs bertconv's model and transformers' (the class the checkpoint's groups make) on the same
     weights and inputs, and compares every layer's hidden states (real tokens only), the pooler,
-    and every head's outputs, each row named after its group.
+    and every head's outputs, each row named after its group. With --model, your own class
+    instead: the checkpoint converted into its names and loaded strictly, its hidden states read
+    at the modules the table names, with no change to your code.
 
     Inputs: text through the checkpoint's own tokenizer (padded, both token types) and a batch
     of random ids. Tolerance: in float32, max abs difference <= 1e-5 (TF32 off); in bfloat16 and
@@ -278,7 +360,9 @@ def verify(
     that dtype. Exits 0 within tolerance, 1 otherwise. Needs the `verify` extra (transformers)."""
     from .verify import verify as run_verify
 
-    report = run_verify(source, device, dtype, revision)
+    if layout is not None and model is None:
+        raise UsageError("--layout names the table of --model's names; give --model too")
+    report = run_verify(source, device, dtype, revision, from_layout, model, layout)
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
     else:

@@ -9,6 +9,12 @@ class BertconvError(Exception):
     exit_code = 1
 
 
+class NotBertError(BertconvError):
+    """A user's model that no table makes compute what BERT computes (bertconv infer)."""
+
+    exit_code = 1
+
+
 class UsageError(BertconvError):
     """The command was asked for something it cannot do (an unknown layout, say)."""
 

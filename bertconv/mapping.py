@@ -41,8 +41,12 @@ KEYS = {
     "aliases": dict,
     "tied": dict,
     "generated": dict,
+    # Modules whose outputs are the hidden states (verify --model): embeddings, layer, pooler.
+    # Where absent, the modules that hold the output LayerNorms' rows (and the pooler's).
+    "outputs": dict,
     "classes": dict,  # the official table only
 }
+OUTPUTS = ("embeddings", "layer", "pooler")
 REQUIRED = ("name", "description", ENCODER)
 
 
@@ -77,6 +81,7 @@ class Table:
     prefix: str  # put on the `prefixed` groups' names when a file holds any other group
     prefixed: frozenset[str]
     requires: frozenset[str]  # groups the layout's model cannot do without
+    outputs: dict[str, str]  # where the hidden states are read, as the table's [outputs] says
 
     @property
     def groups(self) -> frozenset[str]:
@@ -201,6 +206,7 @@ def _content_problems(table: dict, official: bool) -> list[tuple[str, str]]:
         problems += _class_problems(table.get("classes", {}), set(table.get("groups", {})))
     else:
         problems = _row_problems(table) + _generated_problems(table.get("generated", {}))
+        problems += _output_problems(table.get("outputs", {}))
         if "classes" in table:
             problems.append(("classes", "only the official table lists classes"))
     names = {name for _, rows in _sections(table) for name in rows}
@@ -299,6 +305,16 @@ def _row_targets(spec) -> tuple[list[str], str, str | None]:
     return [], "", 'a row is "official name" or { transform = "official name" or [names] }'
 
 
+def _output_problems(outputs: dict) -> list[tuple[str, str]]:
+    return [
+        (key, f"one of {', '.join(OUTPUTS)}, naming a module (layer: with {{layer}})")
+        for key, path in outputs.items()
+        if key not in OUTPUTS
+        or not isinstance(path, str)
+        or (key == "layer") != ("{layer}" in path)
+    ]
+
+
 def _generated_problems(generated: dict) -> list[tuple[str, str]]:
     return [
         (name, "a generated buffer is { arange = SIZE, shape = [SIZES] }")
@@ -391,8 +407,12 @@ def layout(name: str, config: BertConfig) -> Table:
 
 @cache
 def _layout(name: str, source, config_key: tuple) -> Table:
-    config = BertConfig(**dict(config_key))
-    raw, n = _read(source), config.num_hidden_layers
+    return expand(_read(source), name, BertConfig(**dict(config_key)))
+
+
+def expand(raw: dict, name: str, config: BertConfig) -> Table:
+    """A table already read (and checked), expanded for `config`'s number of layers."""
+    n = config.num_hidden_layers
     rows = {}
     for group, section in _sections(raw):
         for pattern, spec in section.items():
@@ -416,6 +436,7 @@ def _layout(name: str, source, config_key: tuple) -> Table:
         for key, spec in raw.get("generated", {}).items()
     }
     requires = frozenset(raw.get("requires", []))
+    outputs = raw.get("outputs", {})
     return Table(
         name,
         raw["description"],
@@ -427,6 +448,7 @@ def _layout(name: str, source, config_key: tuple) -> Table:
         prefix,
         prefixed,
         requires,
+        outputs,
     )
 
 

@@ -19,8 +19,8 @@ from .api import build, convert_read, resolve
 from .checkpoint import Checkpoint, read_checkpoint
 from .config import BertConfig
 from .convert import Conversion
-from .errors import CheckpointError, MissingDependencyError, UsageError
-from .mapping import OFFICIAL, classes, layout
+from .errors import BertconvError, CheckpointError, MissingDependencyError, UsageError
+from .mapping import OFFICIAL, classes, layout, layout_names, shapes
 from .model import BertModel
 
 FLOAT32_MAX_ABS = 1e-5
@@ -127,7 +127,7 @@ def reference_model(ckpt: Checkpoint, ours: Conversion):
     keeps_pooler = "pooler" in classes()[ours.model_class] or ours.model_class == "BertModel"
     groups = ours.groups - ({"pooler"} if not keeps_pooler else set())
     if ckpt.layout == OFFICIAL:
-        tensors = _without_pooler(ckpt) if pooler and not keeps_pooler else ckpt.state_dict
+        tensors = _only(ckpt, groups)
     else:
         tensors = convert_read(ckpt, OFFICIAL, sorted(groups)).state_dict
     maps = {}
@@ -153,12 +153,19 @@ def reference_model(ckpt: Checkpoint, ours: Conversion):
     return model.eval()
 
 
-def _without_pooler(ckpt: Checkpoint) -> dict:
+def _only(ckpt: Checkpoint, groups: frozenset[str]) -> dict:
+    """The file's tensors, under its own names, of the encoder and `groups` (and its buffers).
+    Tied copies stay out: transformers ties them itself."""
     table = layout(OFFICIAL, ckpt.config)
+    wanted = set(shapes(ckpt.config, sorted(groups)))  # the encoder's too
     return {
         name: t
         for name, t in ckpt.state_dict.items()
-        if (row := table.rows.get(table.aliases.get(name, name))) is None or row.group != "pooler"
+        if name in table.ignored
+        or (
+            name not in table.tied
+            and set(table.rows[table.aliases.get(name, name)].official) <= wanted
+        )
     }
 
 
@@ -233,44 +240,160 @@ def random_batch(config: BertConfig) -> dict[str, torch.Tensor]:
     }
 
 
-def verify(source: str, device: str = "auto", dtype: str = "float32", revision: str | None = None):
-    """Run bertconv's model and transformers' on the same inputs and compare every layer and
-    every head. The checkpoint is read once; both models get that reading."""
+def verify(
+    source: str,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    from_layout: str | None = None,
+    model: str | None = None,
+    model_layout: str | None = None,
+):
+    """Run bertconv's model (or the user's, `model`: PKG.MODULE:NAME, its names in the table
+    `model_layout`) and transformers' on the same inputs, and compare every layer and every
+    head. The checkpoint is read once; both models get that reading."""
     _transformers()
     if dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
     dev = pick_device(device)
     src = resolve(source, revision)
-    ckpt = read_checkpoint(src.path)
+    ckpt = read_checkpoint(src.path, from_layout)
     nonfinite = storage.nonfinite(ckpt.state_dict)
-    conversion = convert_read(ckpt, "bertconv")
-    ours, reference = build(conversion, ckpt.config), reference_model(ckpt, conversion)
-    batches = inputs(src.path, ckpt.config, conversion.model_class)
-    report = Report(
-        src.name, conversion.model_class, str(dev), dtype, list(batches), nonfinite=nonfinite
-    )
-    heads = HEAD_OUTPUTS[conversion.model_class]
+    if model is None:
+        conversion = convert_read(ckpt, "bertconv")
+        ours, name = (
+            Ours(build(conversion, ckpt.config), HEAD_OUTPUTS[conversion.model_class]),
+            conversion.model_class,
+        )
+    else:
+        conversion = convert_read(ckpt, "bertconv", heads=False)  # the encoder is compared
+        ours, name = Yours(ckpt, model, model_layout), model
+    reference = reference_model(ckpt, conversion)
+    batches = inputs(src.path, ckpt.config, conversion.model_class, ours.token_types)
+    report = Report(src.name, name, str(dev), dtype, list(batches), nonfinite=nonfinite)
     with _no_tf32():
-        expected = run(reference, batches.values(), dev, torch.float32, heads)
+        theirs = Ours(reference, ours.heads)
+        expected = theirs.run(batches.values(), dev, torch.float32)
+        # Every output both models have: a user's model may have no pooler.
         if dtype == "float32":
-            got = run(ours, batches.values(), dev, torch.float32, heads)
-            report.rows = [_row(k, got[k], expected[k], FLOAT32_MAX_ABS) for k in expected]
+            got = ours.run(batches.values(), dev, torch.float32)
+            report.rows = [
+                _row(k, got[k], expected[k], FLOAT32_MAX_ABS) for k in expected if k in got
+            ]
         else:
-            theirs = run(reference, batches.values(), dev, DTYPES[dtype], heads)
-            got = run(ours, batches.values(), dev, DTYPES[dtype], heads)
-            for k in expected:
-                own = (theirs[k] - expected[k]).abs().max().item()
+            low = theirs.run(batches.values(), dev, DTYPES[dtype])
+            got = ours.run(batches.values(), dev, DTYPES[dtype])
+            for k in (k for k in expected if k in got):
+                own = (low[k] - expected[k]).abs().max().item()
                 report.rows.append(_row(k, got[k], expected[k], LOW_PRECISION_FACTOR * own, own))
     return report
 
 
-def inputs(path: Path, config: BertConfig, model_class: str) -> dict[str, dict]:
+class Ours:
+    """A model of bertconv's or transformers' (they take the same arguments), and the heads'
+    outputs to compare."""
+
+    token_types = True
+
+    def __init__(self, model, heads):
+        self.model, self.heads = model, heads
+
+    def run(self, batches, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """The compared outputs over all batches, in float32 on the CPU."""
+        self.model.to(device=device, dtype=dtype)
+        per_batch = [self.outputs({k: v.to(device) for k, v in b.items()}) for b in batches]
+        return {k: torch.cat([p[k] for p in per_batch]) for k in per_batch[0]}
+
+    def outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return _outputs(self.model, batch, self.heads)
+
+
+class Yours(Ours):
+    """The user's own model (usermodel.py), holding the checkpoint's tensors under the names its
+    table gives them; its hidden states read through hooks."""
+
+    def __init__(self, ckpt: Checkpoint, spec: str, table_name: str | None):
+        from . import usermodel
+
+        config = usermodel.config_object(ckpt.config_dict, ckpt.config)
+        model = usermodel.build(usermodel.import_factory(spec), spec, config)
+        self.names = usermodel.arguments(model, spec)  # before anything is converted for it
+        self.token_types = "token_type_ids" in self.names
+        tables = [table_name] if table_name else layout_names()
+        table_name, converted = _fit(ckpt, model, spec, tables, given=bool(table_name))
+        maps = {}
+        tensors = {n: storage.to_torch(t, maps) for n, t in converted.state_dict.items()}
+        usermodel.load(model, spec, tensors)
+        self.model, self.heads = model, []
+        self.anchors = usermodel.anchors(
+            layout(table_name, ckpt.config), model, ckpt.config.num_hidden_layers
+        )
+
+    def outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        from . import usermodel
+
+        caught, hooks = {}, []
+        for label, module in self.anchors.items():
+            hook = module.register_forward_hook(
+                lambda m, a, out, label=label: caught.setdefault(label, out)
+            )
+            hooks.append(hook)
+        try:
+            with torch.inference_mode():
+                usermodel.call(self.model, self.names, batch)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        mask = batch["attention_mask"]
+        named = {}
+        for label in self.anchors:
+            if label not in caught:
+                raise UsageError(f"the module read for {label} never ran in the model's forward")
+            if label == "pooler":
+                named[label] = torch.tanh(caught[label])  # the dense layer's, as tanh reads it
+            else:
+                named[label] = usermodel.hidden(caught[label], mask, label)
+        return {k: v.float().cpu() for k, v in named.items()}
+
+
+def _fit(ckpt: Checkpoint, model, spec: str, tables: list[str], given: bool):
+    """The table, and the file's groups converted through it, whose names are exactly the
+    user's model's (which may hold fewer heads than the file)."""
+    from itertools import combinations
+
+    wanted = set(model.state_dict())
+    have = sorted(convert_read(ckpt, OFFICIAL, True).groups)
+    choices = [list(c) for n in range(len(have), -1, -1) for c in combinations(have, n)]
+    for name in tables:
+        for groups in choices:
+            try:
+                converted = convert_read(ckpt, name, groups)
+            except BertconvError:
+                continue
+            if set(converted.state_dict) == wanted:
+                return name, converted
+    if given:  # convert with the table as it is, so that the mismatch is named
+        converted = convert_read(ckpt, tables[0])
+        return tables[0], converted
+    raise UsageError(
+        f"--model {spec!r}: no shipped layout names its tensors; give its table with --layout "
+        "(`bertconv infer` writes one)"
+    )
+
+
+def inputs(
+    path: Path, config: BertConfig, model_class: str, token_types: bool = True
+) -> dict[str, dict]:
     """The batches both models read: the checkpoint's own tokenizer on TEXTS (where it ships
-    one), and random ids; for multiple choice, rows taken in twos as the choices of one item."""
+    one), and random ids; for multiple choice, rows taken in twos as the choices of one item.
+    Token types all 0 for a model that takes none."""
     batches = {"random ids": random_batch(config)}
     text = tokenizer_batch(path, config)
     if text is not None:
         batches = {"tokenized text": text} | batches
+    if not token_types:
+        for batch in batches.values():
+            batch["token_type_ids"] = torch.zeros_like(batch["token_type_ids"])
     if model_class == "BertForMultipleChoice":
         return {
             k: {n: t.view(-1, CHOICES, t.shape[-1]) for n, t in b.items()}
@@ -282,13 +405,6 @@ def inputs(path: Path, config: BertConfig, model_class: str) -> dict[str, dict]:
 def _row(name, got, expected, limit, reference_max_abs=None) -> Comparison:
     diff = (got - expected).abs()
     return Comparison(name, diff.max().item(), diff.mean().item(), limit, reference_max_abs)
-
-
-def run(model, batches, device: torch.device, dtype: torch.dtype, heads) -> dict[str, torch.Tensor]:
-    """The compared outputs of `model` over all batches, in float32 on the CPU."""
-    model.to(device=device, dtype=dtype)
-    per_batch = [_outputs(model, {k: v.to(device) for k, v in b.items()}, heads) for b in batches]
-    return {k: torch.cat([p[k] for p in per_batch]) for k in per_batch[0]}
 
 
 def _outputs(model, batch: dict[str, torch.Tensor], heads) -> dict[str, torch.Tensor]:

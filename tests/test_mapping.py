@@ -278,7 +278,17 @@ def test_transpose_and_concat_transforms_invert_each_other():
     }
     empty = frozenset()
     fused = Table(
-        "fused", "fused projections, pooler (in, out)", rows, {}, {}, {}, empty, "", empty, empty
+        "fused",
+        "fused projections, pooler (in, out)",
+        rows,
+        {},
+        {},
+        {},
+        empty,
+        "",
+        empty,
+        empty,
+        {},
     )
     official = random_official()
     out = write_layout(official, CONFIG, fused, frozenset({"pooler"}))
