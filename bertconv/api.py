@@ -12,6 +12,8 @@ from .checkpoint import (
     LAYOUT_KEY,
     REVISION_KEY,
     SOURCE_KEY,
+    TF_CONFIG,
+    TF_PREFIX,
     TOKENIZER_FILES,
     Checkpoint,
     read_checkpoint,
@@ -20,10 +22,18 @@ from .checkpoint import (
     write_checkpoint,
 )
 from .convert import Conversion, Heads, convert
-from .errors import BertconvError, NotFoundError
-from .mapping import OFFICIAL, recorded_as
+from .errors import BertconvError, NotFoundError, UsageError
+from .mapping import OFFICIAL, layout, recorded_as
 
-WRITTEN = ("model.safetensors", "config.json", *TOKENIZER_FILES)  # what a conversion writes
+# What a conversion may write (safetensors or TensorFlow checkpoints).
+WRITTEN = (
+    "model.safetensors",
+    "config.json",
+    f"{TF_PREFIX}.index",
+    f"{TF_PREFIX}.data-00000-of-00001",
+    TF_CONFIG,
+    *TOKENIZER_FILES,
+)
 
 if TYPE_CHECKING:
     from . import hub
@@ -140,6 +150,8 @@ def fetch(
 def _convert_into(src: Source, output: files.Output, to_layout, from_layout, heads) -> Converted:
     ckpt = read_checkpoint(src.path, from_layout)
     output.check_not_source(src.path, [*ckpt.files, *tokenizer_files(src.path)], WRITTEN)
+    form = layout(to_layout, ckpt.config).format
+    _check_form(form, to_layout, output)
     result = convert_read(ckpt, to_layout, heads)
     metadata = {
         LAYOUT_KEY: recorded_as(to_layout),
@@ -151,8 +163,26 @@ def _convert_into(src: Source, output: files.Output, to_layout, from_layout, hea
     # The written file is of the class its groups make (a layout may leave heads out).
     config = ckpt.config_dict | {"architectures": [result.model_class]}
     nonfinite = storage.nonfinite_soon(ckpt.state_dict)
-    written = write_checkpoint(output, result.state_dict, config, metadata, src.path)
+    written = write_checkpoint(output, result.state_dict, config, metadata, src.path, form)
     return Converted(ckpt, result, written, nonfinite())
+
+
+def _check_form(form: str, to_layout: str, output: files.Output) -> None:
+    """bertconv writes safetensors and TensorFlow checkpoints; a TensorFlow checkpoint goes into
+    a directory holding no other weights, which would be read before it."""
+    from .checkpoint import WEIGHT_FILES
+
+    if form == "h5":
+        raise UsageError(
+            f"--to {to_layout}: bertconv reads tf_model.h5 files but does not write them; "
+            "write google-tf (TensorFlow's own checkpoint format) instead"
+        )
+    others = [n for n in WEIGHT_FILES if files.is_present(output.path / n)]
+    if form == "tensorflow" and others:
+        raise UsageError(
+            f"{output.path}: holds {', '.join(others)}, which bertconv would read before a "
+            "TensorFlow checkpoint written beside it; choose another --out"
+        )
 
 
 def convert_read(ckpt: Checkpoint, to_layout: str, heads: Heads = None) -> Conversion:
@@ -249,7 +279,7 @@ def inspect(
     from collections import Counter
 
     from .checkpoint import LAYOUT_KEY
-    from .mapping import layout, layout_names
+    from .mapping import layout_names
 
     src = resolve(source, revision)
     ckpt = read_checkpoint(src.path, from_layout or OFFICIAL)  # the layout is found below
@@ -293,7 +323,9 @@ def inspect(
 
 
 def _places(table, name: str) -> bool:
-    return any(
+    from .convert import _slot_of
+
+    return _slot_of(name, table) or any(
         name in where
         for where in (table.rows, table.aliases, table.tied, table.ignored, table.generated)
     )

@@ -15,14 +15,18 @@ from types import SimpleNamespace
 from . import files, pickles, storage
 from .config import BertConfig
 from .errors import BertconvError, CheckpointError, NotFoundError
-from .mapping import OFFICIAL, layout_names
+from .mapping import OFFICIAL, layout_for_format, layout_names
 
 WEIGHT_FILES = (
     "model.safetensors",
     "model.safetensors.index.json",
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
+    "tf_model.h5",
 )
+CONFIG_FILES = ("config.json", "bert_config.json")  # transformers', google-research/bert's
+# What a conversion into a TensorFlow layout writes, as google-research/bert's releases ship it.
+TF_PREFIX, TF_CONFIG = "bert_model.ckpt", "bert_config.json"
 TOKENIZER_FILES = (
     "vocab.txt",
     "tokenizer.json",
@@ -49,17 +53,47 @@ class Checkpoint:
 
 def weight_files(directory: Path) -> tuple[Path | None, list[Path]]:
     """The weight files of a checkpoint directory, safetensors first: the shard index if the
-    weights are sharded, and the files that hold the tensors."""
+    weights are sharded, and the files that hold the tensors (a TensorFlow checkpoint: its
+    .index file)."""
     if not directory.is_dir():
         raise NotFoundError(f"{directory}: no such directory")
-    for name in WEIGHT_FILES:
+    for name in WEIGHT_FILES[:4]:
         path = directory / name
         if files.is_present(path):
             return (path, _shards(path)) if name.endswith(".index.json") else (None, [path])
+    bundle = tf_checkpoint(directory)
+    if bundle is not None:
+        return None, [bundle]
+    if files.is_present(directory / WEIGHT_FILES[4]):
+        return None, [directory / WEIGHT_FILES[4]]
     raise NotFoundError(
         f"{directory}: no weights found; a checkpoint directory holds one of "
-        + ", ".join(WEIGHT_FILES)
+        + ", ".join(WEIGHT_FILES[:4])
+        + ", a TensorFlow checkpoint (PREFIX.index and its data files), or tf_model.h5"
     )
+
+
+def tf_checkpoint(directory: Path) -> Path | None:
+    """The .index file of the directory's TensorFlow checkpoint: the only one, or the one its
+    `checkpoint` file names."""
+    indexes = sorted(p for p in directory.glob("*.index") if p.is_file())
+    if not indexes:
+        return None
+    if len(indexes) > 1 and files.is_present(directory / "checkpoint"):
+        with files.open_regular(directory / "checkpoint") as f:
+            text = f.read(1 << 16).decode("utf-8", "replace")
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model_checkpoint_path":
+                named = files.plain_name(value.strip().strip('"'), str(directory / "checkpoint"))
+                return directory / f"{named}.index"
+    if len(indexes) > 1:
+        raise CheckpointError(
+            f"{directory}: holds {len(indexes)} TensorFlow checkpoints "
+            f"({', '.join(p.stem for p in indexes)}) and no `checkpoint` file saying which is "
+            "the model's; keep one"
+        )
+    return indexes[0]
 
 
 def _shards(index: Path) -> list[Path]:
@@ -92,11 +126,7 @@ def read_tensors(paths: list[Path], index: Path | None = None) -> tuple[dict, di
     with their index: each tensor in the shard the index names, and no other tensor."""
     state_dict, metadata, where = {}, {}, {}
     for path in paths:
-        tensors, meta = (
-            _read_safetensors(path)
-            if path.suffix == ".safetensors"
-            else (pickles.read_bin(path), {})
-        )
+        tensors, meta = _read_weights(path)
         clash = state_dict.keys() & tensors.keys()
         if clash:
             raise CheckpointError(f"{path}: repeats tensors of another shard: {sorted(clash)[:5]}")
@@ -112,6 +142,24 @@ def read_tensors(paths: list[Path], index: Path | None = None) -> tuple[dict, di
                 f"says ({', '.join(wrong[:5])}). Download the checkpoint again."
             )
     return state_dict, metadata
+
+
+def _read_weights(path: Path) -> tuple[dict, dict[str, str]]:
+    """The tensors of one weight file, and its safetensors metadata (other formats have none)."""
+    if path.suffix == ".safetensors":
+        return _read_safetensors(path)
+    if path.suffix == ".index":
+        from . import tfbundle
+
+        prefix = path.with_suffix("")
+        size = sum(p.stat().st_size for p in path.parent.glob(f"{prefix.name}.data-*"))
+        with _progress(size, "checking") as bar:
+            return tfbundle.read_bundle(prefix, bar.update), {}
+    if path.suffix == ".h5":
+        from .h5weights import read_h5
+
+        return read_h5(path), {}
+    return pickles.read_bin(path), {}
 
 
 def _progress(total: int, what: str):
@@ -137,17 +185,23 @@ def _read_safetensors(path: Path) -> tuple[dict, dict[str, str]]:
 
 
 def read_checkpoint(directory: Path, layout: str | None = None) -> Checkpoint:
-    """config.json and every tensor of a checkpoint directory."""
+    """config.json (or bert_config.json) and every tensor of a checkpoint directory."""
     directory = Path(directory)
     index, weights = weight_files(directory)
-    config_path = directory / "config.json"
+    config_path = next(
+        (directory / n for n in CONFIG_FILES if files.is_present(directory / n)),
+        directory / CONFIG_FILES[0],
+    )
     if not files.is_present(config_path):
         raise NotFoundError(f"{config_path}: no config.json; a checkpoint directory needs one")
     config_dict = files.read_json_object(config_path)
     config = BertConfig.from_dict(config_dict, source=str(config_path))
     state_dict, metadata = read_tensors(weights, index)
-    layout = layout or _recorded_layout(weights[0], metadata)
+    kind = {".index": "tensorflow", ".h5": "h5"}.get(weights[0].suffix)
+    layout = layout or (layout_for_format(kind) if kind else _recorded_layout(weights[0], metadata))
     read = [config_path, *([index] if index else []), *weights]
+    if kind == "tensorflow":
+        read += sorted(weights[0].parent.glob(f"{weights[0].stem}.data-*"))
     return Checkpoint(directory, config, config_dict, state_dict, layout, metadata, read)
 
 
@@ -176,18 +230,30 @@ def write_checkpoint(
     config_dict: dict,
     metadata: dict[str, str],
     tokenizer_from: Path,
+    form: str = "safetensors",
 ) -> list[Path]:
-    """Write model.safetensors, config.json and the tokenizer files into the locked output
-    directory `out`: each written aside, then all renamed into place, model.safetensors last, so
-    that a failure leaves the directory as it was."""
+    """Write the weights, the config and the tokenizer files into the locked output directory
+    `out`: each written aside, then all renamed into place, the weights last, so that a failure
+    leaves the directory as it was. `form`: safetensors (model.safetensors and config.json,
+    with the metadata) or tensorflow (bert_model.ckpt.* and bert_config.json, as
+    google-research/bert ships them; a TensorFlow checkpoint has no room for metadata)."""
     import json
 
     for source in tokenizer_files(tokenizer_from):
         out.copy_in(source.name, source)  # copied, never read into memory
-    out.stage("config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
-    weights = out.stage("model.safetensors")
+    config_name = TF_CONFIG if form == "tensorflow" else CONFIG_FILES[0]
+    out.stage(config_name).write_text(json.dumps(config_dict, indent=2) + "\n")
     with _progress(sum(map(storage.nbytes, state_dict.values())), "writing") as bar:
-        storage.write_safetensors(weights, state_dict, {"format": "pt", **metadata}, bar.update)
+        if form == "tensorflow":
+            from . import tfbundle
+
+            data = out.stage(tfbundle.data_file(Path(TF_PREFIX)).name)
+            index = out.stage(f"{TF_PREFIX}.index")  # the index last: it makes the checkpoint
+            tfbundle.write_bundle(index, data, state_dict, bar.update)
+        else:
+            weights = out.stage("model.safetensors")
+            metadata = {"format": "pt", **metadata}
+            storage.write_safetensors(weights, state_dict, metadata, bar.update)
     return out.commit()
 
 

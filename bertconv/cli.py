@@ -201,6 +201,10 @@ def _report(converted, to: str, out: Path) -> None:
     result = converted.conversion
     for group, why in result.dropped.items():
         say(f"left out the {group} group: {why}")
+    if result.slots:
+        say(f"skipped {result.slots} optimizer slots (adam_m, adam_v): training state, no weight")
+    if result.skipped:
+        say(f"skipped {_listed(result.skipped, 4)}: not weights (buffers, a step count)")
     if converted.nonfinite:
         names = converted.nonfinite
         shown = _listed(names)

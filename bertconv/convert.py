@@ -87,6 +87,8 @@ class Reading:
     model_class: str
     groups: frozenset[str]  # the class's groups, and the pooler where the file has one
     named: dict[str, str]  # official name -> the name the file gives it
+    skipped: list[str]  # names the table ignores: buffers, a step count
+    slots: int  # tensors that are an optimizer's slots of a weight (adam_m, adam_v)
 
 
 @dataclass
@@ -95,6 +97,8 @@ class Conversion:
     model_class: str  # the class of what was written (transformers' name for it)
     groups: frozenset[str]  # the groups written
     dropped: dict[str, str]  # the groups of the source left out, each with why
+    skipped: list[str]  # the source's names its table ignores: buffers, a step count
+    slots: int  # the source's tensors that are an optimizer's slots (adam_m, adam_v)
 
 
 def read_official(
@@ -107,11 +111,13 @@ def read_official(
     """Read a state dict in layout `src` into the official names, identify its class (`hint`:
     config.json's `architectures`), and check everything."""
     problems = Problems(source, src.name)
-    official, named, tied = {}, {}, {}
+    official, named, tied, skipped, slots = {}, {}, {}, [], 0
     for name, tensor in state_dict.items():
         if name in src.ignored:
-            continue
-        if name in src.tied:
+            skipped.append(name)
+        elif _slot_of(name, src):
+            slots += 1
+        elif name in src.tied:
             tied[name] = tensor
         elif name in src.generated:
             _check_generated(name, tensor, src, problems)
@@ -129,7 +135,15 @@ def read_official(
     _check_shapes(official, config, groups, named, src, problems)
     _check_dtypes(official, named, problems)
     problems.raise_if_any()
-    return Reading(official, model_class, groups, named)
+    return Reading(official, model_class, groups, named, skipped, slots)
+
+
+def _slot_of(name: str, src: Table) -> bool:
+    """Is `name` an optimizer's slot of one of the table's tensors (`.../kernel/adam_m`)?"""
+    return any(
+        name.endswith(suffix) and name[: -len(suffix)] in src.rows.keys() | src.aliases.keys()
+        for suffix in src.slots
+    )
 
 
 def _hints(hint: object) -> list[str]:
@@ -251,7 +265,7 @@ def convert(
             f"{source}: the groups {sorted(kept)} make no BERT class; keep the pooler too"
         ) from None
     written = write_layout(reading.official, config, dst, kept)
-    return Conversion(written, model_class, kept, dropped)
+    return Conversion(written, model_class, kept, dropped, reading.skipped, reading.slots)
 
 
 def _unpack(row, tensor: storage.Tensor, config: BertConfig) -> list[storage.Tensor]:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import TOKENIZER_FILES
+from .checkpoint import CONFIG_FILES, TOKENIZER_FILES
 from .errors import AuthError, HubError, IntegrityError, NotFoundError, OutputError, UsageError
 
 # The weights, in order of preference: the file that marks each form, and the files it needs.
@@ -70,18 +70,39 @@ def check_revision(revision: str | None) -> None:
 
 
 def files_to_fetch(repo_files: list[str]) -> list[str]:
-    """config.json, the tokenizer files there are, and one form of weights, safetensors first.
-    Only files at the top of the repository: a checkpoint's files sit side by side."""
+    """The config, the tokenizer files there are, and one form of weights: safetensors first,
+    then PyTorch's, then a TensorFlow checkpoint, then tf_model.h5. Only files at the top of the
+    repository: a checkpoint's files sit side by side."""
     top = [f for f in repo_files if isinstance(f, str) and "/" not in f and f not in (".", "..")]
+    patterns = _weight_patterns(top)
+    wanted = [*CONFIG_FILES, *TOKENIZER_FILES, *patterns]
+    return [f for f in top if any(fnmatch.fnmatchcase(f, p) for p in wanted)]
+
+
+def _weight_patterns(top: list[str]) -> list[str]:
     for marker, patterns in WEIGHTS:
         if marker in top:
-            wanted = ["config.json", *TOKENIZER_FILES, *patterns]
-            return [f for f in top if any(fnmatch.fnmatchcase(f, p) for p in wanted)]
+            return patterns
+    bundles = sorted(f for f in top if f.endswith(".index"))
+    if len(bundles) > 1:
+        raise NotFoundError(
+            f"the repository holds {len(bundles)} TensorFlow checkpoints ({', '.join(bundles)}); "
+            "bertconv cannot tell which is the model"
+        )
+    if bundles:
+        prefix = bundles[0].removesuffix(".index")
+        return [bundles[0], f"{glob_escape(prefix)}.data-*-of-*"]
+    if "tf_model.h5" in top:
+        return ["tf_model.h5"]
     raise NotFoundError(
         "the repository has no weights bertconv can read (looked for "
         + ", ".join(marker for marker, _ in WEIGHTS)
-        + ")"
+        + ", a TensorFlow checkpoint, tf_model.h5)"
     )
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def locate(model_id: str, revision: str | None = None) -> Remote:
@@ -106,8 +127,9 @@ def locate(model_id: str, revision: str | None = None) -> Remote:
 def _locate_in_cache(model_id: str, revision: str | None, unreachable: HubError) -> Remote:
     from huggingface_hub import try_to_load_from_cache
 
-    config = try_to_load_from_cache(model_id, "config.json", revision=revision)
-    if not isinstance(config, str):
+    found = [try_to_load_from_cache(model_id, name, revision=revision) for name in CONFIG_FILES]
+    config = next((f for f in found if isinstance(f, str)), None)
+    if config is None:
         raise HubError(f"{unreachable}, and the cache holds no copy of it") from unreachable
     snapshot = Path(config).parent
     files = files_to_fetch(sorted(p.name for p in snapshot.iterdir()))
@@ -126,13 +148,16 @@ def download(remote: Remote, say=lambda message: None) -> Path:
 
 def _remember_revision(remote: Remote) -> None:
     """Files are fetched by commit, so that a branch moving mid-download cannot mix two
-    commits. Ask for config.json once more by the revision's name (a HEAD request; the file is
+    commits. Ask for the config once more by the revision's name (a HEAD request; the file is
     cached) so that huggingface_hub records which commit the name points to, and a later
     offline fetch of the same name finds it."""
     from huggingface_hub import hf_hub_download
 
+    config = next((f for f in remote.files if f in CONFIG_FILES), None)
+    if config is None:
+        raise NotFoundError(f"{remote.model_id}: the repository has no config.json")
     with _hub_errors(remote.model_id, remote.revision):
-        hf_hub_download(remote.model_id, "config.json", revision=remote.revision)
+        hf_hub_download(remote.model_id, config, revision=remote.revision)
 
 
 def _fetch_checked(remote: Remote, name: str, say) -> Path:

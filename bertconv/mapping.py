@@ -37,7 +37,9 @@ KEYS = {
     "prefix": str,
     "prefixed": list,
     "requires": list,  # groups the layout's model cannot do without
+    "format": str,  # the files its checkpoints are: safetensors (default), tensorflow, h5
     "ignored": list,
+    "slots": list,  # suffixes of an optimizer's slots of a row (`/adam_m`): skipped
     "aliases": dict,
     "tied": dict,
     "generated": dict,
@@ -47,6 +49,7 @@ KEYS = {
     "classes": dict,  # the official table only
 }
 OUTPUTS = ("embeddings", "layer", "pooler")
+FORMATS = ("safetensors", "tensorflow", "h5")  # h5 is read only
 REQUIRED = ("name", "description", ENCODER)
 
 
@@ -82,6 +85,8 @@ class Table:
     prefixed: frozenset[str]
     requires: frozenset[str]  # groups the layout's model cannot do without
     outputs: dict[str, str]  # where the hidden states are read, as the table's [outputs] says
+    format: str = "safetensors"  # the files its checkpoints are
+    slots: tuple[str, ...] = ()  # a row's name + one of these: an optimizer's slot, skipped
 
     @property
     def groups(self) -> frozenset[str]:
@@ -138,6 +143,11 @@ def _read(source: str | tuple[str, int, int]) -> dict:
     """A table, by what identifies it. Shipped names are looked up, never joined into a path
     from a file's contents."""
     return read_table(TABLES / f"{source}.toml" if isinstance(source, str) else Path(source[0]))
+
+
+def layout_for_format(form: str) -> str:
+    """The shipped layout whose checkpoints come in files of `form` (tensorflow: google-tf)."""
+    return next(n for n in layout_names() if _raw(n).get("format", "safetensors") == form)
 
 
 def recorded_as(name: str) -> str:
@@ -211,6 +221,10 @@ def _content_problems(table: dict, official: bool) -> list[tuple[str, str]]:
             problems.append(("classes", "only the official table lists classes"))
     names = {name for _, rows in _sections(table) for name in rows}
     problems += _other_name_problems(table, names)
+    if table.get("format", "safetensors") not in FORMATS:
+        problems.append(("format", f"one of {', '.join(FORMATS)}"))
+    if not all(isinstance(x, str) and x for x in table.get("slots", [])):
+        problems.append(("slots", "a list of name suffixes"))
     groups = {ENCODER, *table.get("groups", {})}
     for key in ("prefixed", "requires"):
         if not all(isinstance(g, str) and g in groups for g in table.get(key, [])):
@@ -437,6 +451,7 @@ def expand(raw: dict, name: str, config: BertConfig) -> Table:
     }
     requires = frozenset(raw.get("requires", []))
     outputs = raw.get("outputs", {})
+    extra = {"format": raw.get("format", "safetensors"), "slots": tuple(raw.get("slots", []))}
     return Table(
         name,
         raw["description"],
@@ -449,6 +464,7 @@ def expand(raw: dict, name: str, config: BertConfig) -> Table:
         prefixed,
         requires,
         outputs,
+        **extra,
     )
 
 

@@ -306,7 +306,7 @@ def nonfinite(tensors: dict[str, Tensor]) -> list[str]:
     return [
         name
         for name, t in tensors.items()
-        if t.dtype in EXPONENT and any(_has_nonfinite(b, t.dtype) for b in _blocks(t))
+        if t.dtype in EXPONENT and any(_has_nonfinite(b, t.dtype) for b in blocks(t))
     ]
 
 
@@ -357,7 +357,7 @@ def _has_nonfinite(block: bytes | bytearray, dtype: str) -> bool:
     return bool(high & low)
 
 
-def _blocks(t: Tensor) -> Iterator[bytes | bytearray]:
+def blocks(t: Tensor) -> Iterator[bytes | bytearray]:
     """A tensor's bytes in blocks of whole elements."""
     if isinstance(t, InMemory):
         yield t.data
@@ -402,6 +402,15 @@ def write_safetensors(
         out.write(struct.pack("<Q", len(encoded)) + encoded)
         # A generator: transformed tensors are computed one at a time, as they are written.
         parts = (p for name in order for p in pieces(tensors[name]))
+        _copy(parts, out, progress or (lambda n: None))
+
+
+def write_raw(path: Path, tensors: list[Tensor], progress: Callable | None = None) -> None:
+    """Write tensors' bytes one after another, with nothing around them (TensorFlow's data
+    files): stored ones copied file to file by the kernel, as write_safetensors does."""
+    with open(path, "wb") as out:
+        _reserve(out.fileno(), sum(map(nbytes, tensors)))
+        parts = (p for t in tensors for p in pieces(t))
         _copy(parts, out, progress or (lambda n: None))
 
 

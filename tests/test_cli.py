@@ -42,8 +42,10 @@ def test_layouts_lists_the_tables():
     assert result.exit_code == 0
     assert [line.split()[0] for line in result.stdout.splitlines()] == [
         "bertconv",
+        "google-tf",
         "minbert",
         "transformers",
+        "transformers-tf",
     ]
 
 
@@ -177,7 +179,7 @@ def test_a_plain_install_finds_the_mapping_tables(tmp_path):
     )
     assert shown.stdout.splitlines() == [
         str(tmp_path / "bertconv" / "mapping.py"),
-        "['bertconv', 'minbert', 'transformers']",
+        "['bertconv', 'google-tf', 'minbert', 'transformers', 'transformers-tf']",
     ], shown.stderr
 
 

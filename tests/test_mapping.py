@@ -69,7 +69,7 @@ def written(name: str, layout_name: str, groups: list[str]) -> dict[str, tuple]:
 
 
 def test_the_shipped_layouts():
-    assert layout_names() == ["bertconv", "minbert", "transformers"]
+    assert layout_names() == ["bertconv", "google-tf", "minbert", "transformers", "transformers-tf"]
     assert layout("minbert", CONFIG).groups == {"pooler"}
     assert layout("bertconv", CONFIG).groups == set(group_names())
 
@@ -258,7 +258,8 @@ def test_a_file_in_another_layout_is_named_in_its_own_names():
 
 def test_unknown_layout_names_the_known_ones():
     with pytest.raises(
-        UsageError, match="no layout 'nanobert'; known layouts: bertconv, minbert, transformers"
+        UsageError,
+        match="no layout 'nanobert'; known layouts: bertconv, google-tf, minbert, transformers",
     ):
         layout("nanobert", CONFIG)
 

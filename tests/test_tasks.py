@@ -65,7 +65,9 @@ def holds(layout_name: str, task: str) -> bool:
     return table.requires <= ({"pooler"} if has_pooler(task) else set())
 
 
-PLACES = [(t, n) for n in layout_names() for t in TASKS if holds(n, t)]
+# Every layout bertconv writes (it reads tf_model.h5 but does not write it).
+WRITTEN = [n for n in layout_names() if layout(n, bertconv.BertConfig(**TINY)).format != "h5"]
+PLACES = [(t, n) for n in WRITTEN for t in TASKS if holds(n, t)]
 
 
 @pytest.mark.parametrize("task, to", PLACES)
@@ -84,7 +86,8 @@ def test_converted_into_each_layout_it_loads_verifies_and_keeps_its_labels(
     model = bertconv.load(tmp_path)
     assert type(model).__name__ == expected and not model.training
     source_config = json.loads((src / "config.json").read_text())
-    written = json.loads((tmp_path / "config.json").read_text())
+    config = "bert_config.json" if to == "google-tf" else "config.json"
+    written = json.loads((tmp_path / config).read_text())
     assert {k: written.get(k) for k in LABELS} == {k: source_config.get(k) for k in LABELS}
     assert written["architectures"] == [expected]
 
