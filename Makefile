@@ -49,9 +49,11 @@ bench: $(INSTALLED)
 # huggingface_hub, typer and tokenizers are installed (no network there: nothing is fetched,
 # not even the build backend): parity in float32 (TF32 off) and bfloat16, and the forward
 # benchmark, into docs/benchmarks-gpu.md.
+# The interpreter that has torch there (`pip` alone may belong to another one).
+GPU_PYTHON ?= python3
 bench-gpu:
-	pip install -q --no-deps --no-build-isolation -e .
-	cd bench && python run_all.py --gpu
+	$(GPU_PYTHON) -m pip install -q --no-deps --no-build-isolation -e .
+	cd bench && $(GPU_PYTHON) run_all.py --gpu
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .ruff_cache *.egg-info

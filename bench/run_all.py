@@ -32,8 +32,10 @@ def gpu_parity() -> str:
             capture_output=True,
             text=True,
         )
+        said = done.stdout + done.stderr  # a failure is reported, not lost
         blocks.append(
-            f"```\n$ bertconv verify bert-base --device cuda --dtype {dtype}\n{done.stdout}```"
+            f"```\n$ bertconv verify bert-base --device cuda --dtype {dtype}\n{said}"
+            f"(exit code {done.returncode})\n```"
         )
     return "## Parity on the GPU (bert-base shape with both heads)\n\n" + "\n\n".join(blocks)
 
