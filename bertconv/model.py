@@ -64,13 +64,20 @@ class Padding:
     """Where the real tokens of a padded (B, T) batch are. Padding carries no information, so
     the dense layers (projections and feed-forward: nearly all the arithmetic) run on the real
     tokens alone, packed into one (N, features) matrix. Attention, which needs each sequence
-    whole, unpacks them to (B, T, features) and packs its result again."""
+    whole, spreads them out to (B, T, features) and packs its result again."""
 
     def __init__(self, attention_mask: torch.Tensor | None, shape: torch.Size):
         self.shape = shape  # (B, T)
         self.real = self.key_mask = None
         if attention_mask is not None:
-            self.real = attention_mask.flatten().nonzero().squeeze(1)  # (N,), into B * T
+            real = attention_mask.flatten().bool()  # (B * T,)
+            self.real = real.nonzero().squeeze(1)  # (N,), into B * T
+            # Each position's row among the N real tokens. Unpacking gathers these rows (a
+            # gather is much faster than a scatter on a GPU); a padded position reads row N,
+            # a row of zeros, or, where any values will do, row 0.
+            row = real.cumsum(0) - 1
+            self.rows = torch.where(real, row, len(self.real))
+            self.any_rows = torch.where(real, row, 0)
             # A key-padding mask, broadcast by SDPA: no (B, heads, T, T) tensor is ever built.
             self.key_mask = attention_mask.bool()[:, None, None, :]
 
@@ -82,8 +89,15 @@ class Padding:
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """(N, F) -> (B, T, F), zeros at the padding."""
         if self.real is not None:
-            x = x.new_zeros(self.shape.numel(), x.shape[-1]).index_copy(0, self.real, x)
+            x = torch.cat([x, x.new_zeros(1, x.shape[-1])]).index_select(0, self.rows)
         return x.view(*self.shape, x.shape[-1])
+
+    def spread(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, F) -> (B, T, F), anything at the padding: attention's queries, keys and values,
+        where the key mask hides padded keys and pack drops what padded queries compute."""
+        if self.real is None or len(x) == 0:  # no row 0 in a batch of padding alone
+            return self.unpack(x)
+        return x.index_select(0, self.any_rows).view(*self.shape, x.shape[-1])
 
 
 class SelfAttention(nn.Module):
@@ -104,7 +118,7 @@ class SelfAttention(nn.Module):
         return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
-        q, k, v = (self.split_heads(padding.unpack(W(x))) for W in (self.Wq, self.Wk, self.Wv))
+        q, k, v = (self.split_heads(padding.spread(W(x))) for W in (self.Wq, self.Wk, self.Wv))
         dropout = self.dropout_p if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=padding.key_mask, dropout_p=dropout)
         return padding.pack(out.transpose(1, 2).flatten(2))  # the heads side by side again
