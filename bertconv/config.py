@@ -13,10 +13,10 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 # the encoder's arithmetic, so they are left out rather than refused.
 ONLY_VALUE = {
     "model_type": "bert",
-    "position_embedding_type": "absolute",
     "is_decoder": False,
     "add_cross_attention": False,
 }
+POSITIONS = ("absolute", "relative_key", "relative_key_query")
 
 # The size fields, each at least 1 and at most a bound far above any BERT's, so that a hostile
 # config.json cannot have bertconv build a billion layers' worth of names.
@@ -51,6 +51,20 @@ class BertConfig:
     pad_token_id: int = 0  # kept for the tokenizer: BERT's embeddings treat it as any other id
     num_labels: int = 2  # transformers' default; config.json gives it as id2label
     classifier_dropout: float | None = None  # the task heads' dropout; hidden_dropout_prob if None
+    position_embedding_type: str = "absolute"  # or relative_key(_query): see model.SelfAttention
+
+    @property
+    def relative(self) -> bool:
+        return self.position_embedding_type != "absolute"
+
+    @property
+    def attention_head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def relative_distances(self) -> int:
+        """How far apart two tokens can be, either way: -(max - 1) .. max - 1."""
+        return 2 * self.max_position_embeddings - 1
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> "BertConfig":
@@ -116,6 +130,9 @@ def _field_problem(name: str, value) -> str | None:
     elif name == "pad_token_id":
         if not _is_int(value) or value < 0:
             return f"pad_token_id={value!r} is not a token id (an integer >= 0)"
+    elif name == "position_embedding_type":
+        if value not in POSITIONS:
+            return f"position_embedding_type={value!r} is not supported (one of {POSITIONS})"
     elif name == "hidden_act":
         if not isinstance(value, str) or value not in ACTIVATIONS:
             return f"hidden_act={value!r} is not supported (one of {ACTIVATIONS})"

@@ -256,6 +256,12 @@ def convert(
 ) -> Conversion:
     """Convert between layouts, keeping the groups `heads` says (see select_groups)."""
     src, dst = layout(from_layout, config), layout(to_layout, config)
+    if config.relative and not dst.relative:
+        raise CheckpointError(
+            f"{source}: the {dst.name!r} layout has no place for relative position embeddings "
+            f"(position_embedding_type={config.position_embedding_type!r}): its model computes "
+            "absolute positions only"
+        )
     reading = read_official(state_dict, config, src, source, hint)
     kept, dropped = select_groups(reading.groups, dst, heads, source)
     try:

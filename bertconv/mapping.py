@@ -25,6 +25,7 @@ TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
 
 OFFICIAL = "transformers"
 ENCODER = "encoder"
+RELATIVE = "relative"  # the encoder's relative position embeddings, where config.json has them
 TABLE_LIMIT = 1 << 20  # bytes: a table is a few KB
 MAX_DIM = 1 << 24
 LISTED = 12  # rows named in one error
@@ -33,6 +34,7 @@ KEYS = {
     "name": str,
     "description": str,
     ENCODER: dict,
+    RELATIVE: dict,
     "groups": dict,
     "prefix": str,
     "prefixed": list,
@@ -87,6 +89,11 @@ class Table:
     outputs: dict[str, str]  # where the hidden states are read, as the table's [outputs] says
     format: str = "safetensors"  # the files its checkpoints are
     slots: tuple[str, ...] = ()  # a row's name + one of these: an optimizer's slot, skipped
+
+    @property
+    def relative(self) -> bool:
+        """Has this layout a place for relative position embeddings?"""
+        return any(row.group == RELATIVE for row in self.rows.values())
 
     @property
     def groups(self) -> frozenset[str]:
@@ -201,8 +208,12 @@ def _schema_problems(table: dict) -> list[tuple[str, str]]:
 
 
 def _sections(table: dict) -> list[tuple[str, dict]]:
-    """(group, rows) for the encoder and each group, in the table's order."""
-    return [(ENCODER, table[ENCODER]), *table.get("groups", {}).items()]
+    """(group, rows) for the encoder, its relative positions and each group, in order."""
+    return [
+        (ENCODER, table[ENCODER]),
+        (RELATIVE, table.get(RELATIVE, {})),
+        *table.get("groups", {}).items(),
+    ]
 
 
 def _content_problems(table: dict, official: bool) -> list[tuple[str, str]]:
@@ -225,7 +236,7 @@ def _content_problems(table: dict, official: bool) -> list[tuple[str, str]]:
         problems.append(("format", f"one of {', '.join(FORMATS)}"))
     if not all(isinstance(x, str) and x for x in table.get("slots", [])):
         problems.append(("slots", "a list of name suffixes"))
-    groups = {ENCODER, *table.get("groups", {})}
+    groups = {ENCODER, RELATIVE, *table.get("groups", {})}
     for key in ("prefixed", "requires"):
         if not all(isinstance(g, str) and g in groups for g in table.get(key, [])):
             problems.append((key, f"a list of this table's groups ({', '.join(sorted(groups))})"))
@@ -272,7 +283,7 @@ def _row_problems(table: dict) -> list[tuple[str, str]]:
         return problems
     for group, shapes in catalog.items():
         missing = [n for n in shapes if n not in claimed]
-        if missing and (group == ENCODER or len(missing) < len(shapes)):
+        if missing and (group == ENCODER or len(missing) < len(shapes)):  # [relative]: optional
             problems.append((group, f"no row for {', '.join(missing[:5])} (a group comes whole)"))
     return problems
 
@@ -345,7 +356,7 @@ def _is_dim(value) -> bool:
     if isinstance(value, bool):
         return False
     return (isinstance(value, int) and 0 <= value <= MAX_DIM) or (
-        isinstance(value, str) and value in SIZES
+        isinstance(value, str) and (value in SIZES or value in DERIVED)
     )
 
 
@@ -361,7 +372,7 @@ def _catalog() -> dict[str, dict[str, list]]:
 @cache
 def _group_names() -> dict[str, frozenset[str]]:
     """Each group's official tensor patterns (groups may share them: classifier, choice)."""
-    return {g: frozenset(shapes) for g, shapes in _catalog().items() if g != ENCODER}
+    return {g: frozenset(s) for g, s in _catalog().items() if g not in (ENCODER, RELATIVE)}
 
 
 def group_names() -> list[str]:
@@ -393,7 +404,7 @@ def shapes(config: BertConfig, groups: list[str] | tuple[str, ...]) -> dict[str,
 def _shapes(config_key: tuple, groups: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     config = BertConfig(**dict(config_key))
     out = {}
-    for group in (ENCODER, *groups):
+    for group in (ENCODER, *([RELATIVE] if config.relative else []), *groups):
         for pattern, dims in _catalog()[group].items():
             for name in _expand(pattern, config.num_hidden_layers):
                 out[name] = tuple(_dim(d, config) for d in dims)
@@ -404,6 +415,9 @@ def _expand(pattern: str, num_layers: int) -> list[str]:
     if "{layer}" not in pattern:
         return [pattern]
     return [pattern.replace("{layer}", str(i)) for i in range(num_layers)]
+
+
+DERIVED = ("attention_head_size", "relative_distances")  # sizes BertConfig computes
 
 
 def _dim(value: int | str, config: BertConfig) -> int:

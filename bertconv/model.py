@@ -8,6 +8,7 @@ LayerNorms hold `gamma/beta`; everything else keeps the names of the original re
 `mappings/bertconv.toml` relates these names to the official ones.
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -48,15 +49,13 @@ class Embeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.relative = config.relative
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (T,)
         # Summed in transformers' order, so that float rounding matches it too.
-        x = (
-            self.word_embeddings(input_ids)
-            + self.token_type_embeddings(token_type_ids)
-            + self.position_embeddings(positions)
-        )
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        if not self.relative:  # relative positions are the attention's (the table stays unused)
+            x = x + self.position_embeddings(torch.arange(input_ids.shape[1], device=x.device))
         return self.dropout(self.LayerNorm(x))
 
 
@@ -101,7 +100,12 @@ class Padding:
 
 
 class SelfAttention(nn.Module):
-    """Multi-head scaled dot-product attention: softmax(Q K^T / sqrt(head_dim)) V, per head."""
+    """Multi-head scaled dot-product attention: softmax(Q K^T / sqrt(head_dim)) V, per head.
+
+    With relative position embeddings (Shaw et al., 2018; Huang et al., 2020: transformers 4's
+    position_embedding_type "relative_key" and "relative_key_query"), each query (and key) also
+    meets a learned vector for its distance to the other token, the products added to the
+    scores."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -111,16 +115,35 @@ class SelfAttention(nn.Module):
         self.Wk = nn.Linear(config.hidden_size, config.hidden_size)
         self.Wv = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
+        self.position_embedding_type = config.position_embedding_type
+        if config.relative:  # a vector per distance, -(max - 1) .. max - 1
+            self.distance_embedding = nn.Embedding(config.relative_distances, self.head_dim)
+            self.max_positions = config.max_position_embeddings
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, hidden) -> (B, heads, T, head_dim)"""
         B, T, _ = x.shape
         return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
 
+    def relative_scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """(B, heads, T, T): q_l . d(l - r), and + k_r . d(l - r) for relative_key_query; scaled
+        as the scores are (SDPA scales Q K^T itself, and adds these as they are)."""
+        positions = torch.arange(q.shape[2], device=q.device)
+        distance = positions[:, None] - positions[None, :]  # (T, T)
+        d = self.distance_embedding(distance + self.max_positions - 1).to(q.dtype)  # (T, T, hd)
+        scores = torch.einsum("bhld,lrd->bhlr", q, d)
+        if self.position_embedding_type == "relative_key_query":
+            scores = scores + torch.einsum("bhrd,lrd->bhlr", k, d)
+        return scores / math.sqrt(self.head_dim)
+
     def forward(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
         q, k, v = (self.split_heads(padding.spread(W(x))) for W in (self.Wq, self.Wk, self.Wv))
+        mask = padding.key_mask  # (B, 1, 1, T) or None
+        if hasattr(self, "distance_embedding"):
+            scores = self.relative_scores(q, k)
+            mask = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
         dropout = self.dropout_p if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=padding.key_mask, dropout_p=dropout)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return padding.pack(out.transpose(1, 2).flatten(2))  # the heads side by side again
 
 

@@ -339,7 +339,7 @@ BAD_FIELDS = {  # one field of a real config.json, spoiled
     "a dropout of 2": ({"hidden_dropout_prob": 2}, "hidden_dropout_prob=2"),
     "a list activation": ({"hidden_act": ["gelu"]}, "hidden_act=['gelu']"),
     "a pad id past the vocabulary": ({"pad_token_id": 1000}, "pad_token_id=1000"),
-    "relative positions": ({"position_embedding_type": "relative_key"}, "relative_key"),
+    "rotary positions": ({"position_embedding_type": "rotary"}, "'rotary' is not supported"),
 }
 
 

@@ -98,8 +98,8 @@ def test_the_model_trains(checkpoints, batch):
     [
         (
             "position_embedding_type",
-            "relative_key",
-            "position_embedding_type='relative_key' is not supported",
+            "rotary",
+            "position_embedding_type='rotary' is not supported",
         ),
         ("hidden_act", "swish", "hidden_act='swish' is not supported"),
         ("is_decoder", True, "is_decoder=True is not supported"),
