@@ -18,7 +18,17 @@ from dataclasses import dataclass, field
 from . import storage
 from .config import BertConfig
 from .errors import CheckpointError, UsageError
-from .mapping import ENCODER, OFFICIAL, Table, class_for, classes, group_names, layout, shapes
+from .mapping import (
+    ENCODER,
+    OFFICIAL,
+    Table,
+    class_for,
+    classes,
+    group_names,
+    layout,
+    relative_names,
+    shapes,
+)
 from .transforms import REGISTRY
 
 # How many names an error lists per kind of problem before it says "and N more".
@@ -38,6 +48,7 @@ class Problems:
     shapes: list[str] = field(default_factory=list)
     dtypes: list[str] = field(default_factory=list)
     values: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the names alone do not say
 
     def raise_if_any(self) -> None:
         kinds = [
@@ -55,6 +66,7 @@ class Problems:
                 shown = ", ".join(names[:LISTED])
                 more = f", and {len(names) - LISTED} more" if len(names) > LISTED else ""
                 lines.append(f"  {label} ({len(names)}): {shown}{more}")
+        lines += self.notes
         lines.append(self.advice())
         raise CheckpointError("\n".join(lines))
 
@@ -130,12 +142,35 @@ def read_official(
                 named[official_name] = name
         else:
             problems.unexpected.append(name)
+    _check_positions(official, config, named, problems)
     model_class, groups = _identify(official, config, src, _hints(hint), problems)
     _check_tied(tied, official, src, problems)
     _check_shapes(official, config, groups, named, src, problems)
     _check_dtypes(official, named, problems)
     problems.raise_if_any()
     return Reading(official, model_class, groups, named, skipped, slots)
+
+
+def _check_positions(official: dict, config: BertConfig, named: dict, problems: Problems) -> None:
+    """Distance tables come with relative position embeddings, and only with them: under an
+    absolute config.json they would be left unread, and without them a relative model cannot
+    run. (Missing ones are named with the encoder's other tensors.)"""
+    distances = relative_names(config)
+    kind = f"config.json's position_embedding_type is {config.position_embedding_type!r}"
+    if config.relative and not official.keys() & distances:
+        problems.notes.append(
+            f"  {kind}, whose attention reads each layer's distance_embedding, and the file has "
+            "none: the config is not this file's, or names the wrong kind of positions."
+        )
+    stray = [] if config.relative else sorted(official.keys() & distances)
+    if stray:
+        problems.unexpected += [named[name] for name in stray]
+        problems.notes.append(
+            f"  {kind}, but the file holds relative position embeddings (distance_embedding): "
+            "the config is not this file's, or names the wrong kind of positions."
+        )
+        for name in stray:
+            official.pop(name)
 
 
 def _slot_of(name: str, src: Table) -> bool:

