@@ -62,11 +62,18 @@ bench: $(INSTALLED)
 # huggingface_hub, typer and tokenizers are installed (no network there: nothing is fetched,
 # not even the build backend): parity in float32 (TF32 off) and bfloat16, and the forward
 # benchmark, into docs/benchmarks-gpu.md.
+# Relative positions are verified too where transformers 4's wheels are in .whl/ (download
+# them here for the GPU machine's Python: transformers==4.57.6 huggingface_hub==0.36.2
+# tokenizers==0.22.2), laid over that environment as for make test.
 # The interpreter that has torch there (`pip` alone may belong to another one).
 GPU_PYTHON ?= python3
+GPU_T4 := /tmp/bertconv-transformers4
 bench-gpu:
 	$(GPU_PYTHON) -m pip install -q --no-deps --no-build-isolation -e .
-	cd bench && $(GPU_PYTHON) run_all.py --gpu
+	rm -rf $(GPU_T4)
+	if ls .whl/transformers-4.*.whl >/dev/null 2>&1; then \
+		$(GPU_PYTHON) -m pip install -q --no-deps --target $(GPU_T4) .whl/*.whl; fi
+	cd bench && BERTCONV_TRANSFORMERS4=$(GPU_T4) $(GPU_PYTHON) run_all.py --gpu
 
 clean:
 	rm -rf $(VENV) $(T4) $(DEMO) .pytest_cache .ruff_cache *.egg-info

@@ -34,15 +34,18 @@ SHAPES = {
 }
 
 
-def checkpoint(shape: str, heads: bool = False) -> Path:
-    """An official checkpoint of a real BERT shape, as transformers writes it (seeded weights)."""
-    path = BENCH_DIR / f"bert-{shape}{'-heads' if heads else ''}"
+def checkpoint(shape: str, heads: bool = False, positions: str = "absolute") -> Path:
+    """An official checkpoint of a real BERT shape, as transformers writes it (seeded weights);
+    relative `positions` need transformers 4 to write them."""
+    kind = "" if positions == "absolute" else f"-{positions}"
+    path = BENCH_DIR / f"bert-{shape}{'-heads' if heads else ''}{kind}"
     if not (path / "model.safetensors").is_file():
         import torch
         from transformers import BertConfig, BertForPreTraining, BertModel
 
         torch.manual_seed(0)
-        model = (BertForPreTraining if heads else BertModel)(BertConfig(**SHAPES[shape]))
+        config = BertConfig(**SHAPES[shape], position_embedding_type=positions)
+        model = (BertForPreTraining if heads else BertModel)(config)
         model.save_pretrained(path)
     return path
 

@@ -1,10 +1,11 @@
 """Run every benchmark and write the results, with the machine's details, to docs/.
 
-python bench/run_all.py          # CPU: targets 1-5 -> docs/benchmarks.md
+python bench/run_all.py          # CPU: targets 1-6 -> docs/benchmarks.md
 python bench/run_all.py --gpu    # GPU: parity and forward -> docs/benchmarks-gpu.md
 """
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ import convert
 import forward
 import load
 import startup
+import tf_convert
 import verify
 from common import BIN, ROOT, checkpoint, machine
 
@@ -23,21 +25,44 @@ Checkpoints have real shapes and random weights, written by transformers
 (`bench/common.py`). Whole-process times include Python's start-up and every import."""
 
 
-def gpu_parity() -> str:
-    path = checkpoint("base", heads=True)
+def gpu_parity(path: Path, name: str, env: dict | None = None) -> list[str]:
+    """`bertconv verify` of `path` on the GPU in float32 and bfloat16, as it printed them."""
     blocks = []
     for dtype in ("float32", "bfloat16"):
         done = subprocess.run(
             [str(BIN / "bertconv"), "verify", str(path), "--device", "cuda", "--dtype", dtype],
             capture_output=True,
             text=True,
+            env=env,
         )
         said = done.stdout + done.stderr  # a failure is reported, not lost
         blocks.append(
-            f"```\n$ bertconv verify bert-base --device cuda --dtype {dtype}\n{said}"
+            f"```\n$ bertconv verify {name} --device cuda --dtype {dtype}\n{said}"
             f"(exit code {done.returncode})\n```"
         )
+    return blocks
+
+
+def absolute_parity() -> str:
+    blocks = gpu_parity(checkpoint("base", heads=True), "bert-base")
     return "## Parity on the GPU (bert-base shape with both heads)\n\n" + "\n\n".join(blocks)
+
+
+def relative_parity() -> str:
+    """Relative positions, against transformers 4 (the last series that computes them): laid
+    over this environment from BERTCONV_TRANSFORMERS4, a directory holding it."""
+    title = "## Parity on the GPU, relative positions (bert-base shape, against transformers 4)"
+    overlay = os.environ.get("BERTCONV_TRANSFORMERS4", "")
+    if not (Path(overlay) / "transformers").is_dir():
+        return f"{title}\n\nNot run: no transformers 4 here (see the Makefile's bench-gpu)."
+    env = os.environ | {"PYTHONPATH": overlay}
+    blocks = []
+    for kind in ("relative_key", "relative_key_query"):
+        write = f"import common; common.checkpoint('base', True, {kind!r})"
+        subprocess.run([sys.executable, "-c", write], env=env, check=True, capture_output=True)
+        path = checkpoint("base", heads=True, positions=kind)
+        blocks += gpu_parity(path, f"bert-base-{kind}", env)
+    return f"{title}\n\n" + "\n\n".join(blocks)
 
 
 def main() -> None:
@@ -46,11 +71,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.gpu:
-        sections = [gpu_parity(), forward.main("cuda")]
+        sections = [absolute_parity(), relative_parity(), forward.main("cuda")]
         out = args.out or ROOT / "docs" / "benchmarks-gpu.md"
         title = "# Benchmarks on the GPU"
     else:
-        sections = [startup.main(), convert.main(), load.main(), forward.main("cpu"), verify.main()]
+        sections = [
+            startup.main(),
+            convert.main(),
+            tf_convert.main(),
+            load.main(),
+            forward.main("cpu"),
+            verify.main(),
+        ]
         out = args.out or ROOT / "docs" / "benchmarks.md"
         title = "# Benchmarks"
     target = "make bench-gpu" if args.gpu else "make bench"
