@@ -35,6 +35,7 @@ ITEM_SIZE = {
 MAX_HEADER = 100_000_000  # bytes: safetensors' own limit
 PAGE = 4096
 CHUNK = 1 << 20
+BAND = 4 << 20  # bytes: a transposed tensor is computed a block of this size at a time
 ALIGN = 1 << 16  # the kernel's copy step: a pipe's 16 pages
 STEP = 64 << 20  # bytes per copy call, so that progress moves
 PARALLEL = 64 << 20  # ranges from this size are copied in two halves at once
@@ -114,7 +115,7 @@ def arange(n: int, shape: tuple[int, ...]) -> InMemory:
     return InMemory("I64", shape, array("q", range(n)).tobytes())
 
 
-def pieces(t: Tensor) -> Iterator[bytes | Stored]:
+def pieces(t: Tensor) -> Iterator[bytes | bytearray | Stored]:
     """A tensor's bytes in order: file ranges where they are stored, bytes otherwise."""
     if isinstance(t, Stored):
         yield t
@@ -134,19 +135,52 @@ def read_bytes(t: Tensor) -> bytes:
 def _read(s: Stored) -> bytes:
     with open(s.path, "rb") as f:
         f.seek(s.start)
-        return f.read(s.end - s.start)
+        data = f.read(s.end - s.start)
+    if len(data) != s.end - s.start:
+        raise CheckpointError(f"{s.path}: ends before the data its header promises")
+    return data
 
 
-def _transposed_rows(t: Transposed) -> Iterator[bytes]:
-    """The rows of a transposed tensor, about CHUNK bytes at a time: the source is held once,
-    the result never whole."""
-    cols = t.source.shape[1]
+def _read_range(t: Tensor, start: int, end: int) -> bytes:
+    """Bytes [start, end) of a tensor's row-major data, reading only those."""
+    if isinstance(t, Stored):
+        return _read(Stored(t.path, t.dtype, (), t.start + start, t.start + end))
+    if isinstance(t, InMemory):
+        return t.data[start:end]
+    if isinstance(t, Joined):
+        out, at = [], 0
+        for part in t.parts:
+            low, high = max(start, at), min(end, at + nbytes(part))
+            if low < high:
+                out.append(_read_range(part, low - at, high - at))
+            at += nbytes(part)
+        return b"".join(out)
+    return read_bytes(t)[start:end]  # a transposed tensor transposed again: no table makes one
+
+
+def _transposed_rows(t: Transposed) -> Iterator[bytearray]:
+    """The rows of a transposed tensor in blocks of about BAND bytes, in memory bounded whatever
+    its size (bert-large's feed-forward kernels are 16 MB, larger models' larger still): a block
+    is some columns of the source, gathered from its rows read in bands of about BAND bytes. The
+    source is read once per block, from the page cache."""
+    rows, cols = t.source.shape
     item = ITEM_SIZE[t.dtype]
-    # Column j of the source is every cols-th item from j on; memoryview strides pick it in C.
-    items = memoryview(read_bytes(t.source)).cast({1: "B", 2: "H", 4: "I", 8: "Q"}[item])
-    per_chunk = max(1, CHUNK // (item * t.source.shape[0] or 1))
-    for j in range(0, cols, per_chunk):
-        yield b"".join(items[c::cols].tobytes() for c in range(j, min(j + per_chunk, cols)))
+    code = {1: "B", 2: "H", 4: "I", 8: "Q"}[item]
+    width = max(1, BAND // (item * rows or 1))  # source columns per block
+    height = max(1, BAND // (item * cols or 1))  # source rows per band
+    row_bytes = cols * item
+    for j in range(0, cols, width):
+        k = min(width, cols - j)
+        block = bytearray(k * rows * item)
+        out = memoryview(block).cast(code)
+        for r in range(0, rows, height):
+            n = min(height, rows - r)
+            band = memoryview(_read_range(t.source, r * row_bytes, (r + n) * row_bytes))
+            items = band.cast(code)
+            # Column j + c of the band is every cols-th item from j + c on: strides pick it in C.
+            for c in range(k):
+                out[c * rows + r : c * rows + r + n] = items[j + c :: cols]
+        yield block
 
 
 def equal(a: Tensor, b: Tensor) -> bool:
@@ -359,11 +393,9 @@ def _has_nonfinite(block: bytes | bytearray, dtype: str) -> bool:
 
 def blocks(t: Tensor) -> Iterator[bytes | bytearray]:
     """A tensor's bytes in blocks of whole elements."""
-    if isinstance(t, InMemory):
-        yield t.data
-        return
     if not isinstance(t, Stored):
-        yield read_bytes(t)
+        for p in pieces(t):
+            yield from blocks(p) if isinstance(p, Stored) else [p]
         return
     buffer = bytearray(min(SCAN, t.end - t.start))
     with open(t.path, "rb") as f:
@@ -442,7 +474,7 @@ def _padded(header: bytes, data_start: int) -> bytes:
 def _copy(parts: Iterator, out, progress: Callable[[int], None]) -> None:
     """Write bytes as they are and file ranges by the kernel, merging adjacent ranges."""
     for run in _merged(parts):
-        if isinstance(run, bytes):
+        if isinstance(run, bytes | bytearray):
             out.write(run)
             progress(len(run))
             continue
