@@ -152,7 +152,8 @@ def _read_weights(path: Path) -> tuple[dict, dict[str, str]]:
         from . import tfbundle
 
         prefix = path.with_suffix("")
-        size = sum(p.stat().st_size for p in path.parent.glob(f"{prefix.name}.data-*"))
+        data = [p for p in path.parent.glob(f"{prefix.name}.data-*") if p.is_file()]
+        size = sum(p.stat().st_size for p in data)  # for the bar; a broken one is the reader's
         with _progress(size, "checking") as bar:
             return tfbundle.read_bundle(prefix, bar.update), {}
     if path.suffix == ".h5":

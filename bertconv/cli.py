@@ -96,8 +96,10 @@ def layouts() -> None:
     """List the layouts, the parameter-naming schemes bertconv converts between."""
     from .mapping import describe_layouts
 
-    for name, description in describe_layouts():
-        typer.echo(f"{name:14s} {description}")
+    rows = describe_layouts()
+    width = max(len(name) for name, _ in rows)
+    for name, description in rows:
+        typer.echo(f"{name:{width}s} {description}")
 
 
 @command

@@ -5,17 +5,26 @@ The file is Keras's h5 format: a group per layer, whose `weight_names` attribute
 weights (`tf_bert_model/bert/encoder/layer_._0/attention/self/query/kernel:0`), each a dataset
 under that name. bertconv names a weight by that name less its first part (the model's own
 scope, which differs by class), so that one table (transformers-tf) reads every class.
-Contiguous datasets are handed on as references to their bytes in the file, like a safetensors
-file's tensors: a conversion copies them without reading them whole. A weight two layers share
-is stored under each; the copies must agree.
+Contiguous datasets (what Keras writes) are handed on as references to their bytes in the file,
+like a safetensors file's tensors: a conversion copies them without reading them whole. A weight
+two layers share is stored under each; the copies must agree.
+
+HDF5 can make a name lead out of the file (external links, external or virtual datasets): such
+a file is refused, so that only the file itself is ever read. Datasets stored otherwise than
+contiguous (chunked, compressed, compact) are read into memory, IN_MEMORY bytes in all at most,
+whatever size they claim.
 """
 
+import os
 from pathlib import Path
 
 from . import files, storage
 from .errors import CheckpointError, MissingDependencyError
 
 DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64", "int32": "I32", "int64": "I64"}
+SIGNATURE = b"\x89HDF\r\n\x1a\n"  # where h5py writes it: at the start of the file
+IN_MEMORY = 64 << 20  # bytes: datasets Keras would not write (chunked, compressed), read whole
+MAX_NAMES = 100_000  # names in a layer_names or weight_names attribute (bert-large: ~400)
 
 
 def read_h5(path: Path) -> dict[str, storage.Tensor]:
@@ -25,45 +34,102 @@ def read_h5(path: Path) -> dict[str, storage.Tensor]:
         raise MissingDependencyError(
             f"{path}: reading tf_model.h5 needs h5py: pip install 'bertconv[h5]'"
         ) from None
-    with files.open_regular(path):  # a regular file, before h5py opens it
-        pass
+    with files.open_regular(path) as f:  # a regular file, before h5py opens it
+        size = os.fstat(f.fileno()).st_size
+        if f.read(len(SIGNATURE)) != SIGNATURE:
+            raise CheckpointError(
+                f"{path}: not an HDF5 file (it does not start with HDF5's signature). "
+                + files.diagnose(path)
+            )
     try:
         with h5py.File(path, "r") as f:
-            return _weights(path, f)
-    except (OSError, KeyError, ValueError, TypeError) as e:
+            return _Reader(path, size, h5py).weights(f)
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as e:
         raise CheckpointError(f"{path}: not a readable Keras h5 weights file ({e})") from None
 
 
-def _weights(path: Path, f) -> dict[str, storage.Tensor]:
-    layers = [_text(n) for n in f.attrs.get("layer_names", [])]
-    if not layers:
-        raise CheckpointError(f"{path}: has no layer_names: not a Keras h5 weights file")
-    out = {}
-    for layer in layers:
-        for weight in (_text(n) for n in f[layer].attrs.get("weight_names", [])):
-            name = weight.split("/", 1)[1] if "/" in weight else weight
-            tensor = _tensor(path, f[layer][weight], name)
-            # A weight two layers share (the word embeddings an MLM head ties to) is stored
-            # under each: the copies must agree.
-            if name in out and not storage.equal(out[name], tensor):
-                raise CheckpointError(f"{path}: holds two different weights named {name!r}")
-            out[name] = tensor
-    return out
+class _Reader:
+    """The weights of one file, with what reading them may still cost."""
+
+    def __init__(self, path: Path, size: int, h5py):
+        self.path, self.size, self.h5py = path, size, h5py
+        self.in_memory = IN_MEMORY  # bytes left for datasets read whole
+        self.compared = 2 * size  # bytes left for comparing copies of a shared weight
+
+    def weights(self, f) -> dict[str, storage.Tensor]:
+        layers = self._names(f, "layer_names")
+        if not layers:
+            raise CheckpointError(f"{self.path}: has no layer_names: not a Keras h5 weights file")
+        out = {}
+        for layer in layers:
+            group = self._object(f, layer, self.h5py.Group)
+            for weight in self._names(group, "weight_names"):
+                name = weight.split("/", 1)[1] if "/" in weight else weight
+                self._add(out, name, self._tensor(self._object(group, weight, self.h5py.Dataset)))
+        return out
+
+    def _names(self, node, key: str) -> list[str]:
+        shape = node.attrs.get_id(key).shape if key in node.attrs else None
+        if shape is None:  # absent, or an empty attribute
+            return []
+        if len(shape) > 1 or (shape and shape[0] > MAX_NAMES):
+            raise CheckpointError(f"{self.path}: its {key} attribute is not a list of names")
+        return [_text(n) for n in (node.attrs[key] if shape else [node.attrs[key]])]
+
+    def _object(self, group, name: str, kind):
+        """The object at `name` under `group`, reached through hard links only (an external
+        link would open another file; Keras writes none), and of the kind expected."""
+        node = group
+        for part in name.split("/"):
+            link = node.get(part, getlink=True) if part else None
+            if link is None:
+                raise CheckpointError(f"{self.path}: lists {name!r}, which is not in it")
+            if not isinstance(link, self.h5py.HardLink):
+                raise CheckpointError(
+                    f"{self.path}: {name!r} is a link to another place ({type(link).__name__}); "
+                    "bertconv reads the weights in the file only"
+                )
+            node = node[part]
+        if not isinstance(node, kind):
+            raise CheckpointError(f"{self.path}: {name!r} is not a {kind.__name__.lower()}")
+        return node
+
+    def _tensor(self, dataset) -> storage.Tensor:
+        where = f"{self.path}: weight {dataset.name!r}"
+        dtype = DTYPES.get(str(dataset.dtype.newbyteorder("<")))
+        if dtype is None or dataset.dtype.byteorder == ">":
+            raise CheckpointError(f"{where} is {dataset.dtype}, not a number bertconv reads")
+        if dataset.shape is None:
+            raise CheckpointError(f"{where} holds no data")
+        if dataset.external or dataset.is_virtual:
+            raise CheckpointError(f"{where} is stored in other files; bertconv reads this one only")
+        shape = tuple(int(d) for d in dataset.shape)
+        size = storage.nbytes(storage.InMemory(dtype, shape, b""))
+        offset = dataset.id.get_offset()
+        contiguous = dataset.chunks is None and dataset.compression is None
+        if offset is not None and contiguous:
+            if dataset.id.get_storage_size() != size or offset + size > self.size:
+                raise CheckpointError(f"{where}: its bytes do not lie within the file")
+            return storage.Stored(self.path, dtype, shape, offset, offset + size)
+        self.in_memory -= size
+        if self.in_memory < 0:
+            raise CheckpointError(
+                f"{where} is stored chunked or compressed ({size} bytes), as Keras does not "
+                f"write weights; bertconv reads at most {IN_MEMORY >> 20} MB of such"
+            )
+        return storage.InMemory(dtype, shape, dataset[()].tobytes() if size else b"")
+
+    def _add(self, out: dict, name: str, tensor: storage.Tensor) -> None:
+        """A weight two layers share (the word embeddings an MLM head ties to) is stored under
+        each: the copies must agree. Comparing them costs at most twice the file's size."""
+        if name in out and out[name] != tensor:
+            self.compared -= storage.nbytes(tensor)
+            if self.compared < 0:
+                raise CheckpointError(f"{self.path}: lists the same weights over and over")
+            if not storage.equal(out[name], tensor):
+                raise CheckpointError(f"{self.path}: holds two different weights named {name!r}")
+        out[name] = tensor
 
 
 def _text(value) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def _tensor(path: Path, dataset, name: str) -> storage.Tensor:
-    dtype = DTYPES.get(str(dataset.dtype.newbyteorder("<")))
-    if dtype is None or dataset.dtype.byteorder == ">":
-        raise CheckpointError(
-            f"{path}: weight {name!r} is {dataset.dtype}, not a number bertconv reads"
-        )
-    shape = tuple(int(d) for d in dataset.shape)
-    offset = dataset.id.get_offset()
-    if offset is not None and dataset.compression is None and dataset.chunks is None:
-        size = dataset.id.get_storage_size()
-        return storage.Stored(path, dtype, shape, offset, offset + size)
-    return storage.InMemory(dtype, shape, dataset[()].tobytes())  # chunked or compressed
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

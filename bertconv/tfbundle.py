@@ -9,10 +9,13 @@ A checkpoint PREFIX (google-research/bert's `bert_model.ckpt`) is two kinds of f
   block followed by its compression type and the masked CRC32C of both; then a metaindex block
   (empty), an index block, and a 48-byte footer ending in the table's magic number.
 
-Reading checks every block's checksum and every tensor's; tensors are handed on as references
-to their bytes (storage.Stored), so a conversion streams. Writing produces what TensorFlow's own
-BundleWriter produces for the same tensors, byte for byte (tests/fixtures/tf holds bundles
-TensorFlow wrote, and the script that wrote them).
+Reading checks every block's checksum and every tensor's, and holds the files to what TensorFlow
+writes, so that a stranger's file costs no more than its size to read: the blocks one after
+another (each read once), the keys sorted and each once, tensors within their data files and
+never on the same bytes, nothing allocated for a size a file only claims. Tensors are handed on
+as references to their bytes (storage.Stored), so a conversion streams. Writing produces what
+TensorFlow's own BundleWriter produces for the same tensors, byte for byte (tests/fixtures/tf
+holds bundles TensorFlow wrote, and the script that wrote them).
 """
 
 import os
@@ -21,10 +24,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import files, storage
-from .errors import CheckpointError
+from .errors import CheckpointError, NotFoundError
 
 MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, which TensorFlow's tables share
 FOOTER = 48  # two block handles, padded to 40 bytes, then the magic number
+TRAILER = 5  # after each block: its compression type and masked CRC32C
+INDEX_LIMIT = 64 << 20  # bytes, read or spelt out: bert-large's index is 40 KB
+MAX_SHARDS = 99999  # TensorFlow numbers data files with five digits
+MAX_RANK = 254  # TensorFlow's TensorShape
+VERSION = 1  # of the bundle format, which TensorFlow has written since 2016
 BLOCK_SIZE = 262144  # TensorFlow's table::Options: the size a data block is cut at
 RESTART_INTERVAL = 16  # entries between restart points (the index block: every entry)
 HEADER_KEY = b""
@@ -68,13 +76,15 @@ def varint(n: int) -> bytes:
 def read_varint(data: bytes, at: int) -> tuple[int, int]:
     n = shift = 0
     while True:
-        if at >= len(data) or shift > 63:
+        if at >= len(data):
             raise NotABundle("a varint runs past its data")
+        if shift > 63:
+            raise NotABundle("a varint longer than the 10 bytes of a 64-bit one")
         byte = data[at]
         n |= (byte & 0x7F) << shift
         at, shift = at + 1, shift + 7
         if not byte & 0x80:
-            return n, at
+            return n & (1 << 64) - 1, at  # as protobuf reads it: the low 64 bits
 
 
 def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
@@ -99,6 +109,23 @@ def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
         yield number, value
 
 
+def _message(data: bytes, kinds: dict[int, type]) -> dict[int, int | bytes]:
+    """The fields of a protobuf message named in `kinds`, each of its type (int: a number,
+    bytes: a message), the last of each kept, as protobuf does; others are skipped."""
+    out = {}
+    for number, value in fields(data):
+        if number in kinds:
+            if not isinstance(value, kinds[number]):
+                raise NotABundle(f"field {number} of a message is not of its type")
+            out[number] = value
+    return out
+
+
+def _signed(n: int) -> int:
+    """An int64 field's value: protobuf writes negative ones as 2**64 + n."""
+    return n - (1 << 64) if n >> 63 else n
+
+
 def entry_proto(dtype: int, shape: tuple[int, ...], offset: int, size: int, crc: int) -> bytes:
     """A BundleEntryProto as protobuf serialises it: fields in order, zeros left out (shard_id
     is always 0 here), the shape present even when it has no dimension."""
@@ -116,79 +143,92 @@ HEADER_PROTO = b"\x08\x01\x1a\x02\x08\x01"  # num_shards 1, little-endian, versi
 
 
 class Entry:
-    """A tensor's BundleEntryProto, parsed."""
+    """A tensor's BundleEntryProto, parsed: dtype 1, shape 2, shard_id 3, offset 4, size 5,
+    crc32c 6, slices 7."""
 
     def __init__(self, name: str, data: bytes):
+        message = _message(data, {1: int, 2: bytes, 3: int, 4: int, 5: int, 6: int, 7: bytes})
         self.name = name
-        self.dtype, self.shape, self.shard, self.offset, self.size, self.crc = 0, [], 0, 0, 0, None
-        self.sliced = False
-        for number, value in fields(data):
-            if number == 1:
-                self.dtype = value
-            elif number == 2:
-                self.shape = _shape(value)
-            elif number == 3:
-                self.shard = value
-            elif number == 4:
-                self.offset = value
-            elif number == 5:
-                self.size = value
-            elif number == 6:
-                self.crc = value
-            elif number == 7:
-                self.sliced = True
+        self.dtype = message.get(1, 0)
+        self.shape = _shape(message.get(2, b""))
+        self.shard, self.offset, self.size = (_signed(message.get(n, 0)) for n in (3, 4, 5))
+        self.crc = message.get(6)
+        self.sliced = 7 in message
+        if min(self.shard, self.offset, self.size) < 0:
+            raise NotABundle(f"tensor {name!r} has a negative shard, offset or size")
 
 
-def _shape(data: bytes) -> list[int]:
+def _shape(data: bytes) -> tuple[int, ...]:
+    """A TensorShapeProto's dimensions (dim 2, each a Dim of size 1; unknown_rank 3)."""
     dims = []
     for number, value in fields(data):
-        if number == 2:
-            sizes = [v for n, v in fields(value) if n == 1]
-            dims.append(sizes[0] if sizes else 0)
+        if number == 2 and isinstance(value, bytes):
+            dims.append(_signed(_message(value, {1: int}).get(1, 0)))
         elif number == 3 and value:
             raise NotABundle("a shape of unknown rank")
-    return dims
+        if len(dims) > MAX_RANK:
+            raise NotABundle(f"a shape of more than {MAX_RANK} dimensions")
+    if any(d < 0 for d in dims):
+        raise NotABundle(f"a shape with a dimension of unknown size {dims}")
+    return tuple(dims)
 
 
 # The sorted table (LevelDB's format) --------------------------------------------------------------
 
 
 def read_table(path: Path) -> list[tuple[bytes, bytes]]:
-    """Every (key, value) of an .index file, in order, each block's checksum checked."""
+    """Every (key, value) of an .index file, in order, held to the format TensorFlow writes:
+    each block's checksum checked, the blocks one after another from the file's start (so that
+    no byte is read twice), the keys strictly increasing, INDEX_LIMIT bytes of them at most."""
     with files.open_regular(path) as f:
-        data = f.read(64 << 20)
+        data = f.read(INDEX_LIMIT)
         if f.read(1):
-            raise NotABundle("larger than 64 MB, more than an index of tensors")
+            raise NotABundle(f"larger than {INDEX_LIMIT >> 20} MB, more than an index of tensors")
+    out, end, budget = [], 0, INDEX_LIMIT
+    for offset, size in block_handles(data):
+        if offset != end:
+            raise NotABundle(f"the index points to a block at byte {offset}, not at {end}")
+        entries = _block_entries(_block(data, offset, size), budget)
+        budget -= sum(len(k) + len(v) for k, v in entries)
+        out += entries
+        end = offset + size + TRAILER
+    _check_sorted(out)
+    return out
+
+
+def block_handles(data: bytes) -> list[tuple[int, int]]:
+    """(offset, size) of each data block of a table, as its index block lists them."""
     if len(data) < FOOTER or int.from_bytes(data[-8:], "little") != MAGIC:
         raise NotABundle("it does not end with the table's magic number")
     footer, handles, at = data[-FOOTER:], [], 0
     for _ in range(4):  # the metaindex block's offset and size, then the index block's
         value, at = read_varint(footer, at)
         handles.append(value)
-    _, _, index_offset, index_size = handles
     out = []
-    for _, handle in _block_entries(_block(data, index_offset, index_size)):
+    for _, handle in _block_entries(_block(data, *handles[2:]), INDEX_LIMIT):
         offset, at = read_varint(handle, 0)
-        size, _ = read_varint(handle, at)
-        out += _block_entries(_block(data, offset, size))
+        out.append((offset, read_varint(handle, at)[0]))
     return out
 
 
 def _block(data: bytes, offset: int, size: int) -> bytes:
     """A block's contents, its trailer checked: compression type 0 and the masked CRC32C."""
     end = offset + size
-    if end + 5 > len(data) - FOOTER:
+    if end + TRAILER > len(data) - FOOTER:
         raise NotABundle("a block handle points past the end of the file")
     contents, kind = data[offset:end], data[end]
     if kind != 0:
         raise NotABundle(f"a block compressed with method {kind}; TensorFlow writes them plain")
-    stored = int.from_bytes(data[end + 1 : end + 5], "little")
+    stored = int.from_bytes(data[end + 1 : end + TRAILER], "little")
     if mask(crc32c(data[offset : end + 1])) != stored:
         raise NotABundle(f"the block at byte {offset} does not match its checksum")
     return contents
 
 
-def _block_entries(block: bytes) -> list[tuple[bytes, bytes]]:
+def _block_entries(block: bytes, budget: int) -> list[tuple[bytes, bytes]]:
+    """A block's entries, prefix-compressed keys made whole. `budget`: the bytes they may take
+    (a key may share its every byte with the one before, so a small block could otherwise
+    spell out keys of any total size)."""
     if len(block) < 4:
         raise NotABundle("a block too short to hold its restart count")
     restarts = int.from_bytes(block[-4:], "little")
@@ -205,8 +245,25 @@ def _block_entries(block: bytes) -> list[tuple[bytes, bytes]]:
         key = key[:shared] + block[at : at + unshared]
         value = block[at + unshared : at + unshared + length]
         at += unshared + length
+        budget -= len(key) + len(value)
+        if budget < 0:
+            raise NotABundle(f"its entries spell out more than {INDEX_LIMIT >> 20} MB")
         out.append((key, value))
     return out
+
+
+def _check_sorted(entries: list[tuple[bytes, bytes]]) -> None:
+    """A table is sorted, each key once: a name twice would leave which tensor it means to the
+    order of reading."""
+    for (before, _), (key, _) in zip(entries, entries[1:], strict=False):
+        if key == before:
+            raise NotABundle(f"it names {_text(key)!r} twice")
+        if key < before:
+            raise NotABundle(f"its keys are out of order ({_text(key)!r} after {_text(before)!r})")
+
+
+def _text(key: bytes) -> str:
+    return key.decode("utf-8", "replace")
 
 
 class TableBuilder:
@@ -311,27 +368,41 @@ def read_bundle(prefix: Path, progress: Callable[[int], None] = lambda n: None) 
     index = prefix.with_name(prefix.name + ".index")
     try:
         table = read_table(index)
+        shards = _header(table)
+        entries = [Entry(_name(key), value) for key, value in table[1:]]
     except NotABundle as e:
-        raise CheckpointError(f"{index}: not a TensorFlow checkpoint index ({e})") from None
-    header = dict(table).get(HEADER_KEY)
-    if header is None:
-        raise CheckpointError(f"{index}: has no bundle header; not a TensorFlow V2 checkpoint")
-    shards = dict(fields(header)).get(1, 1)
-    if dict(fields(header)).get(2, 0) != 0:
-        raise CheckpointError(f"{index}: a big-endian checkpoint, which bertconv does not read")
-    tensors = {}
-    for key, value in table:
-        if key == HEADER_KEY:
-            continue
-        try:
-            entry = Entry(key.decode("utf-8"), value)
-        except (NotABundle, UnicodeDecodeError) as e:
-            raise CheckpointError(f"{index}: an entry that cannot be read ({e})") from None
-        if entry.dtype == STRING:
-            continue
-        tensors[entry.name] = _stored(index, prefix, entry, shards)
-    _check_crcs(index, tensors, {k.decode(): v for k, v in table if k}, progress)
+        raise CheckpointError(
+            f"{index}: not a TensorFlow checkpoint index ({e}). {files.diagnose(index)}"
+        ) from None
+    entries = [e for e in entries if e.dtype != STRING]
+    tensors = {e.name: _stored(index, prefix, e, shards) for e in entries}
+    _check_data_files(index, tensors)
+    _check_crcs(tensors, {e.name: e.crc for e in entries}, progress)
     return tensors
+
+
+def _header(table: list[tuple[bytes, bytes]]) -> int:
+    """The number of shards the BundleHeaderProto, the first entry, gives (num_shards 1,
+    endianness 2, version 3), the rest of it checked."""
+    if not table or table[0][0] != HEADER_KEY:
+        raise NotABundle("it has no bundle header; not a TensorFlow V2 checkpoint")
+    header = _message(table[0][1], {1: int, 2: int, 3: bytes})
+    shards = _signed(header.get(1, 0))
+    if not 1 <= shards <= MAX_SHARDS:
+        raise NotABundle(f"its header gives {shards} data files; TensorFlow writes 1 to 99999")
+    if header.get(2, 0) != 0:
+        raise NotABundle("a big-endian checkpoint, which bertconv does not read")
+    needs = _signed(_message(header.get(3, b""), {2: int}).get(2, 0))  # version.min_consumer
+    if needs > VERSION:
+        raise NotABundle(f"written for readers of version {needs} and up; bertconv reads {VERSION}")
+    return shards
+
+
+def _name(key: bytes) -> str:
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotABundle(f"a tensor name that is not UTF-8 text ({key[:60]!r})") from None
 
 
 def _stored(index: Path, prefix: Path, entry: Entry, shards: int) -> storage.Stored:
@@ -342,37 +413,54 @@ def _stored(index: Path, prefix: Path, entry: Entry, shards: int) -> storage.Sto
         raise CheckpointError(
             f"{where} has TensorFlow dtype {entry.dtype}, not a number bertconv reads"
         )
-    if not 0 <= entry.shard < shards:
-        raise CheckpointError(f"{where} names shard {entry.shard} of {shards}")
+    if entry.shard >= shards:
+        raise CheckpointError(f"{where} names data file {entry.shard} of {shards}")
+    if entry.crc is None:
+        raise CheckpointError(f"{where} has no checksum")
     t = storage.Stored(
         data_file(prefix, entry.shard, shards),
         DTYPES[entry.dtype],
-        tuple(entry.shape),
+        entry.shape,
         entry.offset,
         entry.offset + entry.size,
     )
-    if storage.nbytes(t) != entry.size or entry.crc is None:
-        raise CheckpointError(f"{where}: its size does not fit its dtype and shape")
+    if storage.nbytes(t) != entry.size:
+        raise CheckpointError(
+            f"{where}: {t.dtype} of shape {entry.shape} is {storage.nbytes(t)} bytes, but the "
+            f"index gives {entry.size}"
+        )
     return t
 
 
-def _check_crcs(index: Path, tensors: dict, entries: dict, progress) -> None:
-    sizes = {}
-    for t in tensors.values():
-        if t.path not in sizes:
-            try:
-                with files.open_regular(t.path) as f:
-                    sizes[t.path] = os.fstat(f.fileno()).st_size
-            except CheckpointError as e:
-                raise CheckpointError(f"{index}: its data file {e}") from None
-        if t.end > sizes[t.path]:
-            raise CheckpointError(f"{t.path}: ends before the tensors its index names (truncated?)")
+def _check_data_files(index: Path, tensors: dict[str, storage.Stored]) -> None:
+    """Each tensor within its data file, and no two on the same bytes (TensorFlow writes each
+    once; overlapping ones would be read and checked again and again)."""
+    by_file: dict[Path, list[tuple[int, int, str]]] = {}
+    for name, t in tensors.items():
+        by_file.setdefault(t.path, []).append((t.start, t.end, name))
+    for path, spans in by_file.items():
+        try:
+            with files.open_regular(path) as f:
+                size = os.fstat(f.fileno()).st_size
+        except NotFoundError:
+            raise NotFoundError(f"{index}: its data file {path.name} is not there") from None
+        if max(end for _, end, _ in spans) > size:
+            raise CheckpointError(
+                f"{path}: ends before the tensors its index names. {files.diagnose(path)}"
+            )
+        spans.sort()
+        for (_, end, before), (start, _, name) in zip(spans, spans[1:], strict=False):
+            if start < end:
+                raise CheckpointError(f"{index}: tensors {before!r} and {name!r} overlap")
+
+
+def _check_crcs(tensors: dict[str, storage.Stored], crcs: dict[str, int], progress) -> None:
     for name, t in tensors.items():
         crc = 0
         for block in storage.blocks(t):
             crc = crc32c(bytes(block), crc)
             progress(len(block))
-        if mask(crc) != Entry(name, entries[name]).crc:
+        if mask(crc) != crcs[name]:
             raise CheckpointError(
                 f"{t.path}: tensor {name!r} does not match the checksum its index gives; the "
                 "checkpoint is damaged: download it again"

@@ -1,8 +1,9 @@
 """The fuzzing campaign (issue 8): hypothesis mutates and truncates valid safetensors headers,
-shard indexes, config files, .bin files and mapping tables, and each mutant is run as a user
-runs it (`bertconv convert`, then `bertconv.load`). Every run must end in success or in one
-clean bertconv error with a documented exit code, the same twice over; never a traceback, a
-hang, a changed source, a file left behind, or code run from a pickle.
+shard indexes, config files, .bin files, TensorFlow checkpoints (index and data), tf_model.h5
+files and mapping tables, and each mutant is run as a user runs it (`bertconv convert`, then
+`bertconv.load`). Every run must end in success or in one clean bertconv error with a documented
+exit code, the same twice over; never a traceback, a hang, a changed source, a file left behind,
+or code run from a pickle.
 
     make fuzz                                  # the long campaign, with its figures
     python tests/fuzz.py --examples 50 --seed 0  # a short one
@@ -32,7 +33,7 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 
 import bertconv
-from bertconv import cli, mapping
+from bertconv import cli, mapping, tfbundle
 from bertconv.errors import BertconvError, TableError
 from hostile import CANARY, malicious_payloads, split_safetensors
 
@@ -172,6 +173,41 @@ def _json_mutant(draw, path: Path) -> bytes:
     return draw(byte_mutant(path.read_bytes()))
 
 
+def _tf_index_mutant(draw, path: Path) -> bytes:
+    """An index spoiled in its bytes (mostly caught by a checksum), or in its entries or in a
+    block's contents with the checksums made to match, so that the parsers behind them are
+    reached."""
+    raw = path.read_bytes()
+    how = draw(st.sampled_from(["bytes", "entries", "block"]))
+    if how == "bytes":
+        return draw(byte_mutant(raw))
+    if how == "block":
+        size = tfbundle.block_handles(raw)[0][1]  # the first data block, at the start
+        contents = draw(byte_mutant(raw[:size]))[:size].ljust(size, b"\0")
+        crc = tfbundle.mask(tfbundle.crc32c(contents + b"\0"))
+        return contents + b"\0" + crc.to_bytes(4, "little") + raw[size + tfbundle.TRAILER :]
+    table = tfbundle.read_table(path)
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(table) - 1))
+        key, value = table[at]
+        kind = draw(st.sampled_from(["drop", "repeat", "swap", "key", "value"]))
+        if kind == "drop":
+            del table[at]
+        elif kind == "repeat":
+            table.insert(at, table[at])
+        elif kind == "swap":
+            other = draw(st.integers(0, len(table) - 1))
+            table[at], table[other] = table[other], table[at]
+        elif kind == "key":
+            table[at] = (draw(byte_mutant(key)) if key else key, value)
+        else:
+            table[at] = (key, draw(byte_mutant(value)))
+    builder = tfbundle.TableBuilder()
+    for key, value in table:
+        builder.add(key, value)
+    return builder.finish()
+
+
 TARGETS = {
     # target: (seed checkpoint, file spoiled, mutator)
     "safetensors header": ("pretraining", "model.safetensors", _header_mutant),
@@ -180,12 +216,17 @@ TARGETS = {
     ".bin (legacy format)": ("legacy-bin", "pytorch_model.bin", _bin_mutant),
     ".bin (zip format)": ("zip-bin", "pytorch_model.bin", _bin_mutant),
     ".bin (code in the pickle)": ("evil-bin", "pytorch_model.bin", _bin_mutant),
+    "TensorFlow index": ("google-tf", "bert_model.ckpt.index", _tf_index_mutant),
+    "TensorFlow data": ("google-tf", "bert_model.ckpt.data-00000-of-00001", _bin_mutant),
+    "tf_model.h5": ("tf-h5", "tf_model.h5", _bin_mutant),
 }
+TF_FIXTURES = Path(__file__).parent / "fixtures" / "tf"  # written by TensorFlow itself
 
 
 def make_seeds(root: Path) -> dict[str, Path]:
     """Valid checkpoints to spoil, written by transformers (and torch) with seeded weights,
-    plus a .bin whose pickle would run code (the fuzzer checks it never does)."""
+    plus a .bin whose pickle would run code (the fuzzer checks it never does), and the
+    TensorFlow checkpoints that TensorFlow wrote (tests/fixtures/tf)."""
     from conftest import reference_model, write_variant
 
     reference = reference_model()
@@ -199,6 +240,9 @@ def make_seeds(root: Path) -> dict[str, Path]:
             state_dict["bert.pooler.dense.bias"] = payload
         torch.save(state_dict, seeds[kind] / "pytorch_model.bin")
         (seeds[kind] / "model.safetensors").unlink()
+    ignore = shutil.ignore_patterns("expected*")  # the tests' values, not the checkpoint's
+    for kind, fixture in [("google-tf", "bert_tiny"), ("tf-h5", "h5_masked_lm")]:
+        seeds[kind] = shutil.copytree(TF_FIXTURES / fixture, root / kind, ignore=ignore)
     return seeds
 
 

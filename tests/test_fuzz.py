@@ -1,8 +1,8 @@
 """A short, seeded fuzzing campaign (fuzz.py) over every target: mutated safetensors headers,
-shard indexes, config files, .bin files (one of them a pickle that would run code) and mapping
-tables. Each mutant ends in success or one clean bertconv error, the same twice; never a
-traceback, a hang, a changed source, a file left behind, or code run. `make fuzz` runs the long
-campaign."""
+shard indexes, config files, .bin files (one of them a pickle that would run code), TensorFlow
+checkpoints (index and data), tf_model.h5 files and mapping tables. Each mutant ends in success
+or one clean bertconv error, the same twice; never a traceback, a hang, a changed source, a file
+left behind, or code run. `make fuzz` runs the long campaign."""
 
 import pytest
 

@@ -37,6 +37,29 @@ def test_reading_gives_exactly_the_tensors_tensorflow_wrote():
     assert len(got) == 3 * len(expected) + 1
 
 
+def test_every_dtype_reads_exactly_as_tensorflow_wrote_it():
+    """`many`'s values, made again by numpy from the seed make_tf_fixtures.py gave it: every
+    numeric dtype, and shapes (), (3,), (2, 2), (1, 0, 2), read as TensorFlow wrote them."""
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(1)
+    dtypes = [np.float32, np.float16, np.float64, np.int32, np.int64, np.int8, np.uint8, np.int16]
+    expected = {}
+    for n in range(2500):
+        shape = [(), (3,), (2, 2), (1, 0, 2)][n % 4]
+        name = f"{rng.integers(1 << 62):016x}/" + "".join(rng.choice(list("abcdefgh_"), 120))
+        expected[name] = (rng.standard_normal(shape) * 50).astype(dtypes[n % len(dtypes)])
+    got = tfbundle.read_bundle(BUNDLES["many"])
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        t = got[name]
+        assert (t.dtype, t.shape) == (TF_NAMES[value.dtype.name], value.shape), name
+        assert bertconv.storage.read_bytes(t) == value.tobytes(), name
+
+
+TF_NAMES = {"float32": "F32", "float16": "F16", "float64": "F64", "int32": "I32", "int64": "I64",
+            "int8": "I8", "uint8": "U8", "int16": "I16"}  # fmt: skip
+
+
 @pytest.mark.parametrize("name", BUNDLES)
 def test_the_writer_produces_the_bytes_tensorflow_produced(name, tmp_path):
     prefix = BUNDLES[name]
@@ -50,12 +73,7 @@ def test_the_large_index_spans_several_table_blocks():
     """`many` has an index of ~390 KB: TensorFlow cut its table into blocks of 256 KB, and the
     writer must cut it where TensorFlow did (the byte-for-byte test above)."""
     raw = Path(f"{BUNDLES['many']}.index").read_bytes()
-    handles, at = [], 0
-    for _ in range(4):
-        value, at = tfbundle.read_varint(raw[-tfbundle.FOOTER :], at)
-        handles.append(value)
-    index_block = tfbundle._block(raw, handles[2], handles[3])
-    assert len(tfbundle._block_entries(index_block)) >= 2
+    assert len(tfbundle.block_handles(raw)) >= 2
 
 
 def spoiled(tmp_path: Path, file: str, at: int, value: int = 0xFF) -> Path:
@@ -106,6 +124,66 @@ def test_google_researchs_directory_converts_as_shipped_and_verifies(tmp_path, c
     report = verify(str(tmp_path / "out"), "cpu")
     assert report.passed and report.model_class == "BertForPreTraining"
     assert verify(str(TINY_TF), "cpu").passed  # the TensorFlow directory itself
+
+
+def test_load_reads_tensorflow_checkpoints_as_they_are(tmp_path):
+    """bertconv.load on google-research/bert's directory and on tf_model.h5, unconverted:
+    every weight where the conversion puts it."""
+    model = bertconv.load(TINY_TF)
+    assert type(model).__name__ == "BertForPreTraining"
+    expected = load_file(TINY_TF / "expected.safetensors")
+    kernel = "bert/encoder/layer_1/intermediate/dense/kernel"
+    assert torch.equal(model.encoder.layer[1].intermediate.dense.weight, expected[kernel].T)
+    assert torch.equal(model.cls.predictions.bias, expected["cls/predictions/output_bias"])
+    masked = bertconv.load(H5)
+    assert type(masked).__name__ == "BertForMaskedLM"
+    weights = load_file(H5 / "expected.safetensors")
+    beta = weights["mlm___cls/predictions/transform/LayerNorm/beta:0"]
+    assert torch.equal(masked.cls.predictions.transform.LayerNorm.beta, beta)
+
+
+def sharded(tmp_path: Path) -> Path:
+    """bert_tiny with its tensors in two data files, as a sharded Saver writes them: the
+    second half of the names in shard 1, each file's offsets from its own start."""
+    directory = shutil.copytree(TINY_TF, tmp_path / "sharded")
+    for f in directory.glob("bert_model.ckpt.*"):
+        f.unlink()
+    prefix = directory / "bert_model.ckpt"
+    tensors = tfbundle.read_bundle(BUNDLES["bert_tiny"])
+    names = sorted(tensors)
+    halves = [names[: len(names) // 2], names[len(names) // 2 :]]
+    builder = tfbundle.TableBuilder()
+    builder.add(b"", b"\x08\x02\x1a\x02\x08\x01")  # num_shards 2
+    entries = {}
+    for shard, half in enumerate(halves):
+        data = tfbundle.data_file(prefix, shard, 2)
+        bertconv.storage.write_raw(data, [tensors[n] for n in half])
+        offset = 0
+        for name in half:
+            t, size = tensors[name], bertconv.storage.nbytes(tensors[name])
+            crc = tfbundle.mask(tfbundle.crc32c(bertconv.storage.read_bytes(t)))
+            proto = tfbundle.entry_proto(tfbundle.TF_DTYPES[t.dtype], t.shape, offset, size, crc)
+            entries[name] = proto + (b"\x18\x01" if shard else b"")  # shard_id 1
+            offset += size
+    for name in names:
+        builder.add(name.encode(), entries[name])
+    Path(f"{prefix}.index").write_bytes(builder.finish())
+    return directory
+
+
+def test_a_checkpoint_in_several_data_files_is_read_from_each(tmp_path, cli):
+    directory = sharded(tmp_path)
+    assert sorted(p.name for p in directory.glob("*.data-*")) == [
+        "bert_model.ckpt.data-00000-of-00002",
+        "bert_model.ckpt.data-00001-of-00002",
+    ]
+    got = tensors_of(directory / "bert_model.ckpt")
+    expected = tensors_of(BUNDLES["bert_tiny"])
+    assert got.keys() == expected.keys()
+    assert all(torch.equal(got[n], expected[n]) for n in expected)
+    (directory / "bert_model.ckpt.data-00001-of-00002").unlink()
+    code, _, err = cli("convert", directory, "--out", tmp_path / "out")
+    assert code == 3 and "its data file bert_model.ckpt.data-00001-of-00002 is not there" in err
 
 
 def test_writing_a_tensorflow_checkpoint_and_reading_it_back_is_exact(checkpoints, tmp_path, cli):
@@ -178,8 +256,22 @@ def test_without_h5py_reading_h5_says_which_extra():
     assert "needs h5py: pip install 'bertconv[h5]'" in done.stderr
 
 
-@pytest.mark.parametrize("repo", ["tf-only", "h5-only"])
-def test_fetch_takes_a_repository_with_only_tensorflow_weights(repo, tmp_path):
+# What fetch downloads of each: the config, the tokenizer, and the one form of weights.
+TF_ONLY = {
+    "bert_config.json",
+    "vocab.txt",
+    "bert_model.ckpt.index",
+    "bert_model.ckpt.data-00000-of-00001",
+}
+H5_ONLY = {"config.json", "vocab.txt", "tf_model.h5"}
+OFFLINE = {"HF_HUB_OFFLINE": "1"}
+DECOYS = {"README.md": b"# a model\n", "flax_model.msgpack": b"\0" * 64, "onnx/model.onnx": b"x"}
+
+
+@pytest.mark.parametrize("repo, wanted", [("tf-only", TF_ONLY), ("h5-only", H5_ONLY)])
+def test_fetch_takes_a_repository_with_only_tensorflow_weights(repo, wanted, tmp_path):
+    """Only the files the conversion reads are downloaded; a second fetch, offline, finds them
+    in the cache by the config's name (bert_config.json for a TensorFlow release)."""
     from test_fetch import bertconv as run
     from test_fetch import hub_env
 
@@ -188,14 +280,19 @@ def test_fetch_takes_a_repository_with_only_tensorflow_weights(repo, tmp_path):
     source = TINY_TF if repo == "tf-only" else H5
     files = {p.name: p for p in source.iterdir() if not p.name.startswith("expected")}
     with LocalHub() as hub:
-        hub.add_repo(f"org/{repo}", files)
-        done = run(
-            "fetch",
-            f"org/{repo}",
-            "--out",
-            str(tmp_path / "out"),
-            env=hub_env(hub.url, tmp_path / "hf"),
-        )
+        hub.add_repo(f"org/{repo}", files | DECOYS)
+        env = hub_env(hub.url, tmp_path / "hf")
+        done = run("fetch", f"org/{repo}", "--out", str(tmp_path / "out"), env=env)
+        asked = {r.path.split("/resolve/")[1].split("/", 1)[1] for r in hub.requests
+                 if r.method == "GET" and "/resolve/" in r.path}  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert asked == wanted
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["hidden_size"] == 8
+    if repo == "tf-only":
+        assert "skipped 92 optimizer slots (adam_m, adam_v)" in done.stderr
+    again = run("fetch", f"org/{repo}", "--out", str(tmp_path / "again"), env=env | OFFLINE)
+    assert again.returncode == 0 and "using the cached copy" in again.stderr, again.stderr
+    assert (tmp_path / "again" / "model.safetensors").read_bytes() == (
+        tmp_path / "out" / "model.safetensors"
+    ).read_bytes()

@@ -1,0 +1,364 @@
+"""Hostile TensorFlow files, class by class (issue 11): bundles whose index or data break the
+format (each spoiled index rebuilt with valid checksums, so that the check behind them is the
+one that answers), and tf_model.h5 files that lead elsewhere or claim more than they hold. Each
+gives one message and its documented exit code, never a traceback, a hang, unbounded memory, or
+a file outside the checkpoint opened."""
+
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from test_hostile import refused, snapshot
+
+from bertconv import tfbundle
+
+FIXTURES = Path(__file__).parent / "fixtures" / "tf"
+INDEX, DATA = "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"
+TABLE = tfbundle.read_table(FIXTURES / "bert_tiny" / INDEX)  # TensorFlow's (key, value)s
+NAME = "bert/embeddings/LayerNorm/beta"  # the first tensor: F32 (8,) at offset 0
+LFS = b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"0" * 64 + b"\nsize 27524\n"
+HTML = b"<!DOCTYPE html><html><body>Sign in to continue</body></html>"
+
+
+def copied(tmp_path: Path, name: str = "bert_tiny") -> Path:
+    """A fixture directory as shipped (without the tests' expected values)."""
+    ignore = shutil.ignore_patterns("expected*")
+    return shutil.copytree(FIXTURES / name, tmp_path / "src", ignore=ignore)
+
+
+def convert(cli, src: Path, tmp_path: Path):
+    """Convert as a user would; the source must be left as it was, and no output made."""
+    before = snapshot(src)
+    result = cli("convert", src, "--out", tmp_path / "out")
+    assert snapshot(src) == before
+    assert result[0] == 0 or not (tmp_path / "out").exists()
+    return result
+
+
+def dims(*sizes: bytes) -> bytes:
+    """A TensorShapeProto of these dimensions (each a size, as varint bytes)."""
+    return b"".join(b"\x12" + tfbundle.varint(len(size) + 1) + b"\x08" + size for size in sizes)
+
+
+def entry(dtype: int = 1, shape: bytes = dims(b"\x08"), fields: bytes = b"", crc=True) -> bytes:
+    """A BundleEntryProto by hand: a dtype (F32), a shape ((8,)), other fields as they are
+    given, a checksum."""
+    out = b"\x08" + tfbundle.varint(dtype) + b"\x12" + tfbundle.varint(len(shape)) + shape
+    return out + fields + (b"\x35" + struct.pack("<I", 0) if crc else b"")
+
+
+def write_index(src: Path, table: list[tuple[bytes, bytes]]) -> None:
+    """The index rewritten with these entries, in this order, its checksums valid."""
+    builder = tfbundle.TableBuilder()
+    for key, value in table:
+        builder.add(key, value)
+    (src / INDEX).write_bytes(builder.finish())
+
+
+def replaced(name: str, value: bytes) -> list[tuple[bytes, bytes]]:
+    return [(k, value if k == name.encode() else v) for k, v in TABLE]
+
+
+def header(fields: bytes) -> list[tuple[bytes, bytes]]:
+    return [(b"", fields), *TABLE[1:]]
+
+
+SIZE = b"\x28" + tfbundle.varint(32)  # size: 32 bytes, what F32 (8,) takes
+MILLIONS = dims(tfbundle.varint(1 << 22), tfbundle.varint(1 << 22))  # 2**22 x 2**22
+NEGATIVE = tfbundle.varint((1 << 64) - 8)  # -8, as protobuf writes a negative int64
+
+# (what is wrong, how the index's entries are spoiled, what is said)
+ENTRY_CASES = [
+    ("a name twice", [*TABLE[:2], TABLE[1], *TABLE[2:]], f"it names '{NAME}' twice"),
+    ("keys out of order", [TABLE[0], TABLE[2], TABLE[1], *TABLE[3:]], "keys are out of order"),
+    ("no header", TABLE[1:], "it has no bundle header"),
+    ("a name not UTF-8", sorted([*TABLE, (b"bert/\xff\xfe", TABLE[1][1])]), "not UTF-8 text"),
+    ("no data files", header(b"\x08\x00"), "its header gives 0 data files"),
+    ("-1 data files", header(b"\x08" + NEGATIVE), "its header gives -8 data files"),
+    ("10**9 data files", header(b"\x08" + tfbundle.varint(10**9)), "gives 1000000000 data"),
+    ("big-endian", header(b"\x08\x01\x10\x01"), "a big-endian checkpoint"),
+    ("a newer format", header(b"\x08\x01\x1a\x04\x08\x05\x10\x02"), "readers of version 2"),
+    ("a shard of none", replaced(NAME, entry(fields=b"\x18\x03" + SIZE)), "data file 3 of 1"),
+    ("a varint unended", replaced(NAME, b"\x08" + b"\x80" * 12), "longer than the 10 bytes"),
+    ("a varint cut off", replaced(NAME, b"\x08\x80"), "a varint runs past its data"),
+    ("a negative offset", replaced(NAME, entry(fields=b"\x20" + NEGATIVE)), "a negative shard"),
+    ("size and shape differ", replaced(NAME, entry(fields=b"\x28\x10")), "the index gives 16"),
+    ("a shape as a number", replaced(NAME, b"\x08\x01\x10\x08"), "is not of its type"),
+    ("unknown rank", replaced(NAME, entry(shape=b"\x18\x01")), "a shape of unknown rank"),
+    ("a dimension of -8", replaced(NAME, entry(shape=dims(NEGATIVE))), "unknown size"),
+    ("no checksum", replaced(NAME, entry(fields=SIZE, crc=False)), "has no checksum"),
+    ("sliced", replaced(NAME, entry(fields=SIZE + b"\x3a\x00")), "partitioned into slices"),
+    ("a resource", replaced(NAME, entry(dtype=20, fields=SIZE)), "has TensorFlow dtype 20"),
+    # 64 TB of float32 declared, never allocated: refused at once.
+    ("64 TB", replaced(NAME, entry(shape=MILLIONS, fields=b"\x28" + tfbundle.varint(1 << 46))),
+     "ends before the tensors its index names"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case, table, message", ENTRY_CASES, ids=[c[0] for c in ENTRY_CASES])
+def test_an_index_breaking_the_format_is_one_message(case, table, message, tmp_path, cli):
+    src = copied(tmp_path)
+    write_index(src, table)
+    refused(convert(cli, src, tmp_path), 4, message)
+
+
+def test_tensors_on_the_same_bytes_are_refused_not_read_again_and_again(tmp_path, cli):
+    """Entries sharing bytes would make the checksums read them once per entry: a small data
+    file could then cost any amount of reading."""
+    twin = [(k, TABLE[1][1]) if k.endswith(b"/beta/adam_m") else (k, v) for k, v in TABLE]
+    src = copied(tmp_path)
+    write_index(src, twin)
+    refused(convert(cli, src, tmp_path), 4, "tensors", "overlap")
+
+
+def test_keys_that_spell_out_more_than_the_limit_are_refused(tmp_path, cli):
+    """Prefix compression lets each entry repeat the key before it: 100 entries of 6 bytes
+    after a key of 1 MB spell out 100 MB. The reading stops at INDEX_LIMIT."""
+    v = tfbundle.varint
+    entries = v(0) + v(0) + v(len(tfbundle.HEADER_PROTO)) + tfbundle.HEADER_PROTO
+    entries += v(0) + v(1 << 20) + v(0) + b"k" * (1 << 20)
+    entries += b"".join(v((1 << 20) + n) + v(1) + v(0) + b"k" for n in range(100))
+    src = copied(tmp_path)
+    (src / INDEX).write_bytes(one_block_table(entries))
+    refused(convert(cli, src, tmp_path), 4, "its entries spell out more than 64 MB")
+
+
+def one_block_table(entries: bytes) -> bytes:
+    """A table of one data block holding these encoded entries (with no restart point but
+    the first: each key may share the one before it), its checksums valid."""
+    builder, block = tfbundle.TableBuilder(), tfbundle._BlockBuilder(1)
+    block.buffer = bytearray(entries)
+    builder.pending, builder.last_key = builder._write_block(block), b"k"
+    return builder.finish()
+
+
+def first_block_size(raw: bytes) -> int:
+    return tfbundle.block_handles(raw)[0][1]  # the first data block, at the file's start
+
+
+def rechecked(raw: bytes, contents: bytes, kind: int = 0) -> bytes:
+    """The first data block replaced by `contents` (of its size), stored with compression
+    `kind`, its checksum made to match: a block whose checksum holds, and whose content does
+    not."""
+    size = first_block_size(raw)
+    trailer = bytes([kind])
+    crc = struct.pack("<I", tfbundle.mask(tfbundle.crc32c(contents + trailer)))
+    return contents + trailer + crc + raw[size + tfbundle.TRAILER :]
+
+
+def listing_the_first_block_twice(raw: bytes) -> bytes:
+    """The index block rewritten to list the first data block twice (its checksum valid)."""
+    handle = tfbundle.varint(0) + tfbundle.varint(first_block_size(raw))
+    block = tfbundle._BlockBuilder(1)
+    for key in (b"a", b"b"):
+        block.add(key, handle)
+    builder = tfbundle.TableBuilder()
+    builder.out = bytearray(raw[: first_block_size(raw) + tfbundle.TRAILER])
+    meta = builder._write_block(tfbundle._BlockBuilder(1))
+    index = builder._write_block(block)
+    return bytes(builder.out) + (meta + index).ljust(40, b"\0") + raw[-8:]
+
+
+def _too_many_restarts(raw: bytes) -> bytes:
+    size = first_block_size(raw)
+    return rechecked(raw, raw[: size - 4] + struct.pack("<I", 1 << 20))
+
+
+RAW_CASES = [
+    ("empty", lambda raw: b"", "does not end with the table's magic number", "truncated"),
+    ("cut in half", lambda raw: raw[: len(raw) // 2], "magic number", "download it again"),
+    ("a Git LFS pointer", lambda raw: LFS, "magic number", "It is a Git LFS pointer"),
+    ("an HTML page", lambda raw: HTML, "magic number", "It is an HTML page"),
+    ("a footer varint unended", lambda raw: b"\xff" * 48 + raw[-8:], "longer than the 10", ""),
+    ("a handle past the end",
+     lambda raw: raw[:-48] + (b"\0\0" + tfbundle.varint(1 << 40) + b"\x10").ljust(40, b"\0")
+     + raw[-8:], "a block handle points past the end of the file", ""),
+    ("a block listed twice", listing_the_first_block_twice, "points to a block at byte 0", ""),
+    ("a compressed block", lambda raw: rechecked(raw, raw[: first_block_size(raw)], kind=1),
+     "a block compressed with method 1", ""),
+    ("a bad block checksum", lambda raw: raw[:10] + bytes([raw[10] ^ 0xFF]) + raw[11:],
+     "the block at byte 0 does not match its checksum", ""),
+    ("too many restarts", _too_many_restarts, "restart count does not fit", ""),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case, transform, message, advice", RAW_CASES, ids=[c[0] for c in RAW_CASES]
+)
+def test_an_index_damaged_in_its_bytes_is_one_message(
+    case, transform, message, advice, tmp_path, cli
+):
+    src = copied(tmp_path)
+    (src / INDEX).write_bytes(transform((src / INDEX).read_bytes()))
+    refused(convert(cli, src, tmp_path), 4, "not a TensorFlow checkpoint index", message, advice)
+
+
+def test_an_index_larger_than_any_index_is_not_read_whole(tmp_path, cli):
+    src = copied(tmp_path)
+    with open(src / INDEX, "r+b") as f:
+        f.truncate(65 << 20)  # sparse: costs no disk
+    refused(convert(cli, src, tmp_path), 4, "larger than 64 MB, more than an index of tensors")
+
+
+DATA_CASES = [
+    ("missing", lambda p: p.unlink(), 3, f"its data file {DATA} is not there"),
+    ("a dangling link", lambda p: (p.unlink(), p.symlink_to(p.parent / "gone")), 3,
+     f"its data file {DATA} is not there"),
+    ("empty", lambda p: p.write_bytes(b""), 4, "ends before the tensors its index names"),
+    ("a Git LFS pointer", lambda p: p.write_bytes(LFS), 4, "It is a Git LFS pointer"),
+    ("an HTML page", lambda p: p.write_bytes(HTML), 4, "It is an HTML page"),
+    ("a FIFO", lambda p: (p.unlink(), os.mkfifo(p)), 4, "is a FIFO, not a file"),
+    ("/dev/zero", lambda p: (p.unlink(), p.symlink_to("/dev/zero")), 4, "is a character device"),
+    ("a directory", lambda p: (p.unlink(), p.mkdir()), 4, "is a directory, not a file"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case, spoil, code, message", DATA_CASES, ids=[c[0] for c in DATA_CASES])
+def test_a_data_file_that_is_not_there_or_not_data_is_one_message(
+    case, spoil, code, message, tmp_path, cli
+):
+    src = copied(tmp_path)
+    spoil(src / DATA)
+    refused(convert(cli, src, tmp_path), code, message)
+
+
+@pytest.mark.parametrize("named", ["/etc/passwd", "../../../etc/passwd", "..", "sub/model.ckpt"])
+def test_a_checkpoint_file_naming_a_path_is_refused(named, tmp_path, cli):
+    """With two checkpoints in the directory, the `checkpoint` file says which: a plain name,
+    never a path out of the directory."""
+    src = copied(tmp_path)
+    for f in list(src.glob("bert_model.ckpt.*")):
+        shutil.copy(f, src / f.name.replace("bert_model.ckpt", "model.ckpt-2"))
+    (src / "checkpoint").write_text(f'model_checkpoint_path: "{named}"\n')
+    refused(convert(cli, src, tmp_path), 4, f"names '{named}' as a file; only plain file names")
+
+
+def test_a_checkpoint_file_that_is_a_fifo_is_not_waited_on(tmp_path, cli):
+    src = copied(tmp_path)
+    for f in list(src.glob("bert_model.ckpt.*")):
+        shutil.copy(f, src / f.name.replace("bert_model.ckpt", "model.ckpt-2"))
+    os.mkfifo(src / "checkpoint")
+    refused(convert(cli, src, tmp_path), 4, "checkpoint: is a FIFO, not a file")
+
+
+# tf_model.h5 ----------------------------------------------------------------------------------
+
+H5 = "tf_model.h5"
+BETA = "tf_bert_for_masked_lm/bert/embeddings/LayerNorm/beta:0"  # in the group `bert`
+BIAS = "tf_bert_for_masked_lm/mlm___cls/predictions/bias:0"  # in the group `mlm___cls`
+
+
+def spoiled_h5(tmp_path: Path, spoil) -> Path:
+    src = copied(tmp_path, "h5_masked_lm")
+    with h5py.File(src / H5, "r+") as f:
+        spoil(f, tmp_path)
+    return src
+
+
+def elsewhere(tmp_path: Path) -> str:
+    """An h5 file outside the checkpoint, holding a weight of the right shape."""
+    path = tmp_path / "elsewhere.h5"
+    with h5py.File(path, "w") as other:
+        other["w"] = np.zeros(8, np.float32)
+    return str(path)
+
+
+def beta_as(make):
+    """A spoiler: the embeddings' LayerNorm beta, in the group `bert`, replaced by make(...)."""
+
+    def spoil(f, tmp_path):
+        del f["bert"][BETA]
+        f["bert"][BETA] = make(tmp_path)
+
+    return spoil
+
+
+def _external_storage(f, tmp_path):
+    raw = tmp_path / "elsewhere.bin"
+    raw.write_bytes(bytes(32))
+    del f["bert"][BETA]
+    f["bert"].create_dataset(BETA, (8,), np.float32, external=[(str(raw), 0, 32)])
+
+
+def _virtual(f, tmp_path):
+    layout = h5py.VirtualLayout((8,), np.float32)
+    layout[:] = h5py.VirtualSource(elsewhere(tmp_path), "w", shape=(8,))
+    del f["bert"][BETA]
+    f["bert"].create_virtual_dataset(BETA, layout)
+
+
+def _group(f, tmp_path):
+    del f["bert"][BETA]
+    f["bert"].create_group(BETA)
+
+
+def _other_copy(f, tmp_path):
+    del f["mlm___cls"][BETA]
+    f["mlm___cls"][BETA] = np.ones(8, np.float32)
+
+
+def _wrong_shape(f, tmp_path):
+    for group in ("bert", "mlm___cls"):  # both copies, which must agree
+        del f[group][BETA]
+        f[group][BETA] = np.zeros(9, np.float32)
+
+
+def _compression_bomb(f, tmp_path):
+    """4 TB declared, compressed to nothing (no chunk is ever written)."""
+    del f["mlm___cls"][BIAS]
+    f["mlm___cls"].create_dataset(BIAS, (1 << 40,), "f4", chunks=(1 << 20,), compression="gzip")
+
+
+H5_CASES = [
+    ("an external link", beta_as(lambda t: h5py.ExternalLink(elsewhere(t), "w")),
+     "is a link to another place (ExternalLink)"),
+    ("a soft link", beta_as(lambda t: h5py.SoftLink("/bert/" + BETA.replace("beta", "gamma"))),
+     "is a link to another place (SoftLink)"),
+    ("external storage", _external_storage, "is stored in other files"),
+    ("a virtual dataset", _virtual, "is stored in other files"),
+    ("a group for a weight", _group, "is not a dataset"),
+    ("a weight not there", lambda f, t: f["bert"].__delitem__(BETA), "which is not in it"),
+    ("strings", beta_as(lambda t: np.array([b"abc"] * 8)), "is |S3, not a number"),
+    ("a wrong shape", _wrong_shape, "bert/embeddings/LayerNorm/beta:0 is (9,), config.json"),
+    ("copies that differ", _other_copy,
+     "holds two different weights named 'bert/embeddings/LayerNorm/beta:0'"),
+    ("a compression bomb", _compression_bomb, "chunked or compressed (4398046511104 bytes)"),
+    ("no layer_names", lambda f, t: f.attrs.__delitem__("layer_names"), "has no layer_names"),
+    ("layer_names a matrix", lambda f, t: f.attrs.__setitem__("layer_names", np.zeros((2, 2))),
+     "its layer_names attribute is not a list of names"),
+    ("a layer not there", lambda f, t: f.attrs.__setitem__("layer_names", [b"bert", b"nope"]),
+     "lists 'nope', which is not in it"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case, spoil, message", H5_CASES, ids=[c[0] for c in H5_CASES])
+def test_an_h5_file_leading_elsewhere_or_breaking_keras_layout_is_one_message(
+    case, spoil, message, tmp_path, cli
+):
+    src = spoiled_h5(tmp_path, spoil)
+    refused(convert(cli, src, tmp_path), 4, message)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "It may be truncated"),
+        (LFS, "It is a Git LFS pointer"),
+        (HTML, "It is an HTML page"),
+    ],
+    ids=["empty", "lfs", "html"],
+)
+def test_an_h5_file_that_is_not_hdf5_is_diagnosed(content, message, tmp_path, cli):
+    src = copied(tmp_path, "h5_masked_lm")
+    (src / H5).write_bytes(content)
+    refused(convert(cli, src, tmp_path), 4, "not an HDF5 file", message)
+
+
+def test_a_truncated_h5_file_is_one_message(tmp_path, cli):
+    src = copied(tmp_path, "h5_masked_lm")
+    (src / H5).write_bytes((src / H5).read_bytes()[:5000])
+    refused(convert(cli, src, tmp_path), 4, "not a readable Keras h5 weights file")
