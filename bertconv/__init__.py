@@ -18,6 +18,7 @@ _LAZY = {
     "BertConfig": "bertconv.config",
     **dict.fromkeys(CLASSES, "bertconv.model"),
     "load": "bertconv.api",
+    "inspect": "bertconv.api",
     "BertconvError": "bertconv.errors",
 }
 __all__ = sorted(_LAZY)

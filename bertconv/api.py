@@ -138,7 +138,9 @@ def fetch(
     """Download a Hub model and convert it into `out`. Where `out` already holds that commit in
     that layout, nothing is downloaded or written, and the conversion returned is None."""
     from . import hub
+    from .convert import check_convertible
 
+    check_convertible(None, to_layout, model_id)  # before anything is downloaded
     remote = hub.locate(model_id, revision)
     with files.Output(out) as output:
         if up_to_date(out, model_id, remote.commit, to_layout, heads):
@@ -255,7 +257,8 @@ class Inspection:
     layout_found: str  # how the layout was found: given, recorded, or by its names
     model_class: str | None  # None where the tensors make no class (see problems)
     groups: list[str]
-    config: dict
+    config: dict  # None for a size the checkpoint does not show
+    config_from: str  # config.json, or its weights' shapes (a layout recognised only)
     parameters: int  # tied copies and buffers left out
     dtypes: dict[str, int]  # dtype -> number of tensors
     bytes: int
@@ -267,6 +270,7 @@ class Inspection:
 SUMMARY = (
     "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
     "max_position_embeddings", "type_vocab_size", "hidden_act", "num_labels",
+    "position_embedding_type",
 )  # fmt: skip
 
 
@@ -305,6 +309,7 @@ def inspect(
             problems = str(e)
     tensors = ckpt.state_dict.values()
     weights = [t for n, t in ckpt.state_dict.items() if n in best.rows or n in best.aliases]
+    config, config_from = _config_shown(ckpt, best.name if placed[best.name] else None)
     return Inspection(
         src.name,
         str(src.path),
@@ -312,7 +317,8 @@ def inspect(
         found,
         conversion.model_class if conversion else None,
         sorted(conversion.groups) if conversion else [],
-        {k: getattr(ckpt.config, k) for k in SUMMARY},
+        config,
+        config_from,
         sum(storage.nbytes(t) // storage.ITEM_SIZE[t.dtype] for t in weights),
         dict(Counter(t.dtype for t in tensors)),
         sum(storage.nbytes(t) for t in tensors),
@@ -320,6 +326,18 @@ def inspect(
         [n for n in ckpt.state_dict if n not in placed[best.name]],
         problems,
     )
+
+
+def _config_shown(ckpt: Checkpoint, found: str | None) -> tuple[dict, str]:
+    """The config inspect shows, and where from: config.json's; for a layout recognised only,
+    the sizes its weights' shapes show, with or without a config.json (None for the others:
+    no shape shows the number of heads, say, and it is not guessed)."""
+    from .mapping import read_off, refusal
+
+    if found is None or not refusal(found):
+        return {k: getattr(ckpt.config, k) for k in SUMMARY}, "config.json"
+    sizes = read_off(found, {n: tuple(t.shape) for n, t in ckpt.state_dict.items()})[1]
+    return {k: sizes.get(k) for k in SUMMARY}, "its weights' shapes"
 
 
 def _places(table, name: str) -> bool:

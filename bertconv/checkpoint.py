@@ -3,7 +3,9 @@ and writing converted ones whole or not at all. The bytes of the tensors are sto
 
 A checkpoint directory holds config.json and the weights, in the first of these forms found:
 model.safetensors, model.safetensors.index.json (shards), pytorch_model.bin,
-pytorch_model.bin.index.json (shards). `.bin` files are pickles, vetted by pickles.py.
+pytorch_model.bin.index.json (shards). `.bin` files are pickles, vetted by pickles.py. Files in
+a layout that bertconv recognises but never converts (BERT-pytorch's) may come without a
+config.json.
 """
 
 from collections.abc import Iterator
@@ -15,7 +17,7 @@ from types import SimpleNamespace
 from . import files, pickles, storage
 from .config import BertConfig
 from .errors import BertconvError, CheckpointError, NotFoundError
-from .mapping import OFFICIAL, layout_for_format, layout_names
+from .mapping import OFFICIAL, layout_for_format, layout_names, read_off, recognised_only
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -194,7 +196,7 @@ def read_checkpoint(directory: Path, layout: str | None = None) -> Checkpoint:
         directory / CONFIG_FILES[0],
     )
     if not files.is_present(config_path):
-        raise NotFoundError(f"{config_path}: no config.json; a checkpoint directory needs one")
+        return _unconfigured(directory, config_path, index, weights)
     config_dict = files.read_json_object(config_path)
     config = BertConfig.from_dict(config_dict, source=str(config_path))
     state_dict, metadata = read_tensors(weights, index)
@@ -204,6 +206,29 @@ def read_checkpoint(directory: Path, layout: str | None = None) -> Checkpoint:
     if kind == "tensorflow":
         read += sorted(weights[0].parent.glob(f"{weights[0].stem}.data-*"))
     return Checkpoint(directory, config, config_dict, state_dict, layout, metadata, read)
+
+
+def _unconfigured(
+    directory: Path, config_path: Path, index: Path | None, weights: list[Path]
+) -> Checkpoint:
+    """A directory without config.json, read where its tensors' names are those of a layout
+    bertconv recognises but never converts (BERT-pytorch writes no config.json). The sizes their
+    shapes show stand in for one: enough to describe the file, which is never converted."""
+    state_dict, metadata = read_tensors(weights, index)
+    shapes = _shapes(state_dict)
+    found = recognised_only(shapes)
+    if found is None:
+        raise NotFoundError(f"{config_path}: no config.json; a checkpoint directory needs one")
+    sizes = read_off(found, shapes)[1]
+    # No tensor's shape shows the number of heads: one stands in (it divides any hidden size).
+    source = f"{directory} (its sizes, read off its tensors' shapes)"
+    config = BertConfig.from_dict(sizes | {"num_attention_heads": 1}, source)
+    read = [*([index] if index else []), *weights]
+    return Checkpoint(directory, config, {}, state_dict, found, metadata, read)
+
+
+def _shapes(state_dict: dict) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(tensor.shape) for name, tensor in state_dict.items()}
 
 
 def _recorded_layout(path: Path, metadata: dict[str, str]) -> str:

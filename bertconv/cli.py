@@ -126,7 +126,7 @@ def convert(
     and said to be."""
     from .api import resolve
 
-    _check_layout(to)
+    _check_layout(to, source)
     selection = _selection(heads, groups)
     _convert(resolve(source, revision, say), to, out, from_layout, selection)
 
@@ -155,7 +155,7 @@ def fetch(
         raise UsageError(
             f"{model_id!r} is not a Hub model id (org/name); for a directory use `convert`"
         )
-    _check_layout(to)
+    _check_layout(to, model_id)
     selection = _selection(heads, groups)
     out = out or _default_out(model_id, to)
     remote, result = fetch_model(model_id, out, to, revision, selection, say)
@@ -178,13 +178,16 @@ def _selection(heads: bool | None, groups: str | None):
     return [g.strip() for g in groups.split(",") if g.strip()]
 
 
-def _check_layout(to: str) -> None:
-    """Read the table now, so that a wrong --to fails before anything is read or fetched."""
+def _check_layout(to: str, source: str) -> None:
+    """Read the table now, so that a wrong --to fails before anything is read or fetched: one
+    that is not there, or one that bertconv recognises but never converts into."""
+    from .convert import check_convertible
     from .mapping import describe, is_table_file, layout_names
 
     if not is_table_file(to) and to not in layout_names():
         raise UsageError(f"--to {to!r}: no such layout; one of {', '.join(layout_names())}")
     describe(to)
+    check_convertible(None, to, source)
 
 
 def _default_out(name: str, to: str) -> Path:
@@ -246,18 +249,38 @@ def _listed(names: list[str], most: int = 12) -> str:
     return ", ".join(names[:most]) + more
 
 
-def format_inspection(found) -> str:
+# How inspect shows each config field, in order (the labels only for a classifier's groups).
+CONFIG_SHOWN = (
+    ("num_hidden_layers", "{} layers"), ("hidden_size", "hidden {}"),
+    ("num_attention_heads", "{} heads"), ("intermediate_size", "intermediate {}"),
+    ("vocab_size", "vocab {}"), ("max_position_embeddings", "{} positions"),
+    ("type_vocab_size", "{} token types"), ("hidden_act", "{}"), ("num_labels", "{} labels"),
+    ("position_embedding_type", "{} position embeddings"),
+)  # fmt: skip
+
+
+def _config_line(found) -> str:
+    """The config's fields; where they were read off the weights' shapes, those the shapes do
+    not show are named, not guessed."""
     c = found.config
     labels = {"classifier", "token_classifier"} & set(found.groups)
+    relative = c["position_embedding_type"] not in ("absolute", None)
+    shown = {"num_labels": bool(labels), "position_embedding_type": relative}
+    fields = [(k, form) for k, form in CONFIG_SHOWN if shown.get(k, True)]
+    line = ", ".join(form.format(c[k]) for k, form in fields if c[k] is not None)
+    if found.config_from == "config.json":
+        return line
+    unknown = [k for k, _ in fields if c[k] is None]
+    note = f"; they do not show {', '.join(unknown)}" if unknown else ""
+    return f"{line} (read off {found.config_from}{note})"
+
+
+def format_inspection(found) -> str:
     lines = [
         found.source,
         f"  layout      {found.layout} ({found.layout_found})",
         f"  class       {found.model_class or '-'} (groups: {', '.join(found.groups) or 'none'})",
-        f"  config      {c['num_hidden_layers']} layers, hidden {c['hidden_size']}, "
-        f"{c['num_attention_heads']} heads, intermediate {c['intermediate_size']}, "
-        f"vocab {c['vocab_size']}, {c['max_position_embeddings']} positions, "
-        f"{c['type_vocab_size']} token types, {c['hidden_act']}"
-        + (f", {c['num_labels']} labels" if labels else ""),
+        f"  config      {_config_line(found)}",
         f"  parameters  {found.parameters:,} in {found.tensors} tensors, "
         f"{found.bytes / 1e6:.1f} MB ({', '.join(f'{d}: {n}' for d, n in found.dtypes.items())})",
         f"  unplaced    {_listed(found.unplaced) or 'none'}",

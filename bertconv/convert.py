@@ -26,6 +26,8 @@ from .mapping import (
     classes,
     group_names,
     layout,
+    recognised_only,
+    refusal,
     relative_names,
     shapes,
 )
@@ -290,6 +292,7 @@ def convert(
     hint: object = None,
 ) -> Conversion:
     """Convert between layouts, keeping the groups `heads` says (see select_groups)."""
+    check_convertible(from_layout, to_layout, source)
     src, dst = layout(from_layout, config), layout(to_layout, config)
     if config.relative and not dst.relative:
         raise CheckpointError(
@@ -297,7 +300,15 @@ def convert(
             f"(position_embedding_type={config.position_embedding_type!r}): its model computes "
             "absolute positions only"
         )
-    reading = read_official(state_dict, config, src, source, hint)
+    try:
+        reading = read_official(state_dict, config, src, source, hint)
+    except CheckpointError:
+        # A file that does not read may be in a layout recognised only (BERT-pytorch's): said so,
+        # with why. Looked for only here, so that a file that reads never pays for it.
+        found = recognised_only({name: tuple(t.shape) for name, t in state_dict.items()})
+        if found is not None:
+            check_convertible(found, to_layout, source)
+        raise
     kept, dropped = select_groups(reading.groups, dst, heads, source)
     try:
         model_class = class_for(kept)
@@ -307,6 +318,21 @@ def convert(
         ) from None
     written = write_layout(reading.official, config, dst, kept)
     return Conversion(written, model_class, kept, dropped, reading.skipped, reading.slots)
+
+
+def check_convertible(from_layout: str | None, to_layout: str, source: str) -> None:
+    """Refuse, saying why, a conversion from or into a layout that bertconv recognises but never
+    converts: a file in one cannot be converted; a conversion into one cannot be asked for."""
+    if from_layout is not None and refusal(from_layout):
+        raise CheckpointError(
+            f"{source}: is in the {from_layout!r} layout, which bertconv recognises but never "
+            f"converts.\n{refusal(from_layout)}"
+        )
+    if refusal(to_layout):
+        raise UsageError(
+            f"{source}: bertconv never converts into the {to_layout!r} layout, which it "
+            f"recognises only.\n{refusal(to_layout)}"
+        )
 
 
 def _unpack(row, tensor: storage.Tensor, config: BertConfig) -> list[storage.Tensor]:

@@ -7,9 +7,14 @@ Every table has the same sections: [encoder], then [groups.NAME] (the pooler and
 each a row per tensor; then other names files use ([aliases], [tied], `ignored`), the buffers a
 layout's model expects ([generated]), and a prefix some files put on some groups. The official
 table (`transformers.toml`) is the one whose rows define the official tensors (a row's value is
-its shape); in every other table a row maps one of the layout's names onto official ones.
+its shape); in every other table a row maps one of the layout's names onto official ones. A
+layout whose weights cannot carry over into BERT's (BERT-pytorch's: pre-LayerNorm blocks) is
+recognised, never converted: its table says why (`refused`), and its rows are shapes, as the
+official table's are, so that a file is identified by its names and its sizes read off its
+tensors' shapes without a config.json.
 """
 
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache
@@ -26,6 +31,7 @@ TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
 OFFICIAL = "transformers"
 ENCODER = "encoder"
 RELATIVE = "relative"  # the encoder's relative position embeddings, where config.json has them
+REFUSED = "refused"  # why a layout recognised only is never converted
 TABLE_LIMIT = 1 << 20  # bytes: a table is a few KB
 MAX_DIM = 1 << 24
 LISTED = 12  # rows named in one error
@@ -49,6 +55,9 @@ KEYS = {
     # Where absent, the modules that hold the output LayerNorms' rows (and the pooler's).
     "outputs": dict,
     "classes": dict,  # the official table only
+    # A layout recognised but never converted: why its weights cannot carry over. Its rows are
+    # shapes, and map no official tensor.
+    REFUSED: str,
 }
 OUTPUTS = ("embeddings", "layer", "pooler")
 FORMATS = ("safetensors", "tensorflow", "h5")  # h5 is read only
@@ -217,14 +226,18 @@ def _sections(table: dict) -> list[tuple[str, dict]]:
 
 
 def _content_problems(table: dict, official: bool) -> list[tuple[str, str]]:
-    if official:
+    if official or REFUSED in table:  # rows that describe tensors, mapping none onto another
+        kind = "an official" if official else "a recognised-only layout's"
         problems = [
-            (name, "an official row's value is its shape: a list of sizes or config.json fields")
+            (name, f"{kind} row's value is its shape: a list of sizes or config.json fields")
             for _, rows in _sections(table)
             for name, dims in rows.items()
             if not isinstance(dims, list) or not all(_is_dim(d) for d in dims)
         ]
-        problems += _class_problems(table.get("classes", {}), set(table.get("groups", {})))
+        if official:
+            problems += _class_problems(table.get("classes", {}), set(table.get("groups", {})))
+        else:
+            problems += _refused_problems(table)
     else:
         problems = _row_problems(table) + _generated_problems(table.get("generated", {}))
         problems += _output_problems(table.get("outputs", {}))
@@ -240,6 +253,21 @@ def _content_problems(table: dict, official: bool) -> list[tuple[str, str]]:
     for key in ("prefixed", "requires"):
         if not all(isinstance(g, str) and g in groups for g in table.get(key, [])):
             problems.append((key, f"a list of this table's groups ({', '.join(sorted(groups))})"))
+    return problems
+
+
+def _refused_problems(table: dict) -> list[tuple[str, str]]:
+    """A layout recognised only says why it is never converted, and names its groups as the
+    official table does (its rows are the tensors of those heads in that layout)."""
+    problems = [
+        (f"groups.{group}", f"no such group; one of {', '.join(group_names())}")
+        for group in table.get("groups", {})
+        if group not in group_names()
+    ]
+    if not table[REFUSED].strip():
+        problems.append((REFUSED, "says nothing: why the layout's weights cannot carry over"))
+    if "classes" in table:
+        problems.append(("classes", "only the official table lists classes"))
     return problems
 
 
@@ -358,6 +386,73 @@ def _is_dim(value) -> bool:
     return (isinstance(value, int) and 0 <= value <= MAX_DIM) or (
         isinstance(value, str) and (value in SIZES or value in DERIVED)
     )
+
+
+# Layouts recognised, never converted ------------------------------------------------------------
+
+LAYER_INDEX = "(0|[1-9][0-9]{0,5})"  # `{layer}` in a file's name, written as _expand writes it
+
+
+def refusal(name: str) -> str:
+    """Why the weights of layout `name` cannot carry over into BERT's, or BERT's into it, where
+    bertconv recognises the layout but never converts it; "" for the layouts it converts."""
+    return _raw(name).get(REFUSED, "")
+
+
+def recognised_only(shapes: dict[str, tuple[int, ...]]) -> str | None:
+    """The shipped layout, of those recognised but never converted, whose rows name most (over
+    half) of a file's tensors, if there is one. `shapes`: the file's tensors' shapes, by name."""
+    for name in layout_names():
+        if refusal(name) and 2 * len(read_off(name, shapes)[0]) > len(shapes):
+            return name
+    return None
+
+
+def read_off(name: str, shapes: dict[str, tuple[int, ...]]) -> tuple[list[str], dict[str, int]]:
+    """The file's tensors that rows of table `name` name, and the config.json sizes their shapes
+    show (each as the first tensor to show it does; num_hidden_layers: one more than the highest
+    layer index named). Only for a table whose rows are shapes (a layout recognised only)."""
+    matchers, placed, sizes, layers = _matchers(name), [], {}, 0
+    for tensor, shape in shapes.items():
+        found = _matched(tensor, matchers)
+        if found is None:
+            continue
+        match, dims = found
+        placed.append(tensor)
+        if match.re.groups:
+            layers = max(layers, int(match[1]) + 1)
+        if len(shape) == len(dims):  # a size already shown by an earlier tensor stays
+            sizes = {d: s for d, s in zip(dims, shape, strict=True) if d in SIZES} | sizes
+    if layers:
+        sizes["num_hidden_layers"] = layers
+    return placed, sizes
+
+
+def _matched(tensor: str, matchers: list[tuple[re.Pattern, list]]) -> tuple[re.Match, list] | None:
+    """The match of the row that names `tensor`, and the row's shape."""
+    for regex, dims in matchers:
+        if match := regex.fullmatch(tensor):
+            return match, dims
+    return None
+
+
+def _matchers(name: str) -> list[tuple[re.Pattern, list]]:
+    """Each row of table `name` as a regular expression (`{layer}` any index; the prefix
+    optional where the row's group is prefixed), with the row's shape."""
+    raw = _raw(name)
+    prefix = f"(?:{re.escape(raw['prefix'])})?" if raw.get("prefix") else ""
+    prefixed = set(raw.get("prefixed", []))
+    return [
+        (
+            re.compile(
+                (prefix if group in prefixed else "")
+                + LAYER_INDEX.join(re.escape(part) for part in pattern.split("{layer}"))
+            ),
+            dims,
+        )
+        for group, rows in _sections(raw)
+        for pattern, dims in rows.items()
+    ]
 
 
 # The official catalog: tensors, groups, classes -------------------------------------------------
@@ -492,6 +587,8 @@ def expand(raw: dict, name: str, config: BertConfig) -> Table:
 def _row(name: str, spec, index: int, group: str, official: bool) -> Row:
     if official:  # the official table's rows define the tensors: each is its own name
         return Row(name, (name,), "rename", group)
+    if isinstance(spec, list):  # a shape: a layout recognised only holds no official tensor
+        return Row(name, (), "rename", group)
     targets, transform, _ = _row_targets(spec)
     return Row(name, tuple(t.replace("{layer}", str(index)) for t in targets), transform, group)
 

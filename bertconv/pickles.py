@@ -6,8 +6,9 @@ globals a pickle names from its opcodes first, without running it, and refuses a
 the few that `torch.save` writes for a state dict; refuses compressed zip members (torch never
 writes them, and a few KB could inflate to gigabytes); bounds every read by the bytes that are
 there; and only then lets torch read the file, with `weights_only=True`. What torch returns must
-be a flat dict of plain tensors. A refusal never passes on torch's advice to load the file some
-less safe way.
+be a flat dict of plain tensors. A pickled model object (what torch.save(model) writes) is named
+as one, with how to save its state dict instead. A refusal never passes on torch's advice to
+load the file some less safe way.
 """
 
 import os
@@ -30,6 +31,11 @@ PICKLE_GLOBALS = {
     *(f"torch.{kind}Storage" for kind in STORAGES),
 }
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of torch's pre-1.6 format
+# Where nn.Module's own classes live: a pickle that names them holds a model object, which
+# torch.save(model) writes (BERT-pytorch's trainer saves so), not a state dict.
+MODULES = "torch.nn.modules."
+BUILTINS = ("__builtin__.", "builtins.")  # a pickled module's sets: not the model's classes
+CLASSES_LISTED = 20
 
 
 def read_bin(path: Path) -> dict[str, storage.Tensor]:
@@ -41,6 +47,8 @@ def read_bin(path: Path) -> dict[str, storage.Tensor]:
         f.seek(0)
         names = _zip_globals(path, f) if is_zip else _legacy_globals(path, f)
     refused = sorted(names - PICKLE_GLOBALS)
+    if any(name.startswith(MODULES) for name in refused):
+        raise CheckpointError(_model_object(path, refused))
     if refused:
         raise CheckpointError(
             f"{path}: its pickle asks for {', '.join(refused)}, which a state dict never needs; "
@@ -56,6 +64,22 @@ def read_bin(path: Path) -> dict[str, storage.Tensor]:
             f"{path}: not a readable PyTorch checkpoint ({reason}). {hint}"
         ) from None
     return _state_dict(path, loaded)
+
+
+def _model_object(path: Path, refused: list[str]) -> str:
+    """What to say of a pickled model object: its classes (the model's own first, then
+    torch.nn's), and how to save the state dict that bertconv reads instead."""
+    classes = [n for n in refused if not n.startswith(BUILTINS)]
+    classes.sort(key=lambda n: (n.startswith("torch."), n))
+    more = len(classes) - CLASSES_LISTED
+    shown = ", ".join(classes[:CLASSES_LISTED]) + (f", and {more} more" if more > 0 else "")
+    return (
+        f"{path}: holds a pickled model object, as torch.save(model) writes (its classes: "
+        f"{shown}), not a state dict. It was not read: reading it would run those classes' "
+        "code, and bertconv reads pickles that hold tensors only. In your own code, where the "
+        "model is built, save its weights alone, "
+        'torch.save(model.state_dict(), "pytorch_model.bin"), and give bertconv that file.'
+    )
 
 
 def _torch_reason(error: Exception) -> str:

@@ -2,7 +2,7 @@
 
 These classes are independent targets for bertconv: a converted checkpoint must
 load into them with ``load_state_dict(..., strict=True)``. They are copied from
-two write-ups under ``/work/shared/seeds/`` with as few changes as possible;
+the write-ups under ``/work/shared/seeds/`` with as few changes as possible;
 every change is marked with a ``# deviation:`` comment. Whitespace alone
 (tabs from the web page, trailing blanks) was normalised without comment.
 Torch only, no transformers.
@@ -27,6 +27,18 @@ Torch only, no transformers.
   ``MinbertModel.forward(input_ids, attention_mask)`` returns
   ``{'last_hidden_state': ..., 'pooler_output': ...}``; token types are always
   zero, as written.
+
+* Seed 004 (``004_8a3b9fb8b5765c73.txt``, a code review of codertimo/BERT-pytorch
+  ``bert_pytorch/model/``): classes prefixed ``BertPytorch`` so they do not
+  clash with the others (``BertPytorchBERT``, ``BertPytorchBERTEmbedding``, ...).
+  The write-up's code blocks are cut off at the right margin; the cut lines
+  are restored from the original, and the modules the write-up does not show
+  (``TransformerBlock``, ``SublayerConnection``, ``LayerNorm``,
+  ``PositionwiseFeedForward``, ``GELU``, and ``BERTLM``, which its trainer
+  builds) are taken from it, as they were when the positions were a sinusoid
+  buffer and the blocks pre-LayerNorm. Not BERT: bertconv recognises its files
+  and refuses to convert them. ``BertPytorchBERT.forward(x, segment_info)``
+  returns the last layer's hidden states.
 """
 
 # deviation: the write-ups show no imports; these are the ones their code needs
@@ -589,3 +601,342 @@ class MinbertModel(MinbertPreTrainedModel):
         first_tk = self.pooler_dense(first_tk)
         first_tk = self.pooler_af(first_tk)
         return {"last_hidden_state": sequence_output, "pooler_output": first_tk}
+
+
+# ===========================================================================
+# Seed 004: codertimo/BERT-pytorch bert_pytorch/model/ (classes prefixed with BertPytorch)
+# ===========================================================================
+# deviation: every class is renamed X -> BertPytorchX so it does not clash with the seeds above
+# deviation: the write-up's blocks are cut off at the right margin; cut comments and docstrings
+# are completed from the original without further comment, cut code lines are marked below, and
+# the indentation lost where the write-up splits a block is restored
+
+# --- attention/single.py ---------------------------------------------------
+
+
+class BertPytorchAttention(nn.Module):
+    """
+    Compute 'Scaled Dot Product Attention'
+    """
+
+    def forward(self, query, key, value, mask=None, dropout=None):
+        scores = torch.matmul(query, key.transpose(-2, -1)) \
+            / math.sqrt(query.size(-1))
+
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+
+        p_attn = F.softmax(scores, dim=-1)
+
+        if dropout is not None:
+            p_attn = dropout(p_attn)
+
+        return torch.matmul(p_attn, value), p_attn
+
+
+# --- attention/multi_head.py -----------------------------------------------
+
+
+class BertPytorchMultiHeadedAttention(nn.Module):
+    """
+    Take in model size and number of heads.
+    """
+
+    def __init__(self, h, d_model, dropout=0.1):
+        super().__init__()
+        assert d_model % h == 0
+
+        # We assume d_v always equals d_k
+        self.d_k = d_model // h
+        self.h = h
+
+        # deviation: cut off after `nn.Linear(d_model, d_model)`; completed from the original
+        self.linear_layers = nn.ModuleList([nn.Linear(d_model, d_model) for _ in range(3)])
+        self.output_linear = nn.Linear(d_model, d_model)
+        self.attention = BertPytorchAttention()
+
+        self.dropout = nn.Dropout(p=dropout)
+
+    def forward(self, query, key, value, mask=None):
+        batch_size = query.size(0)
+
+        # 1) Do all the linear projections in batch from d_model => h x d_k
+        # deviation: cut off at `view(batch_size, -1, self.h` and `zip(self.linear_laye`
+        query, key, value = [l(x).view(batch_size, -1, self.h, self.d_k).transpose(1, 2)
+                             for l, x in zip(self.linear_layers, (query, key, value))]
+
+        # 2) Apply attention on all the projected vectors in batch.
+        # deviation: cut off after `mask=mask`
+        x, attn = self.attention(query, key, value, mask=mask, dropout=self.dropout)
+
+        # 3) "Concat" using a view and apply a final linear.
+        # deviation: cut off after `view(batch_size, -1,`
+        x = x.transpose(1, 2).contiguous().view(batch_size, -1, self.h * self.d_k)
+
+        return self.output_linear(x)
+
+
+# --- utils/ (not in the write-up: the original's gelu.py, layer_norm.py, sublayer.py,
+# feed_forward.py) ---------------------------------------------------------------------
+
+
+class BertPytorchGELU(nn.Module):
+    """
+    Paper Section 3.4, last paragraph notice that BERT used the GELU instead of RELU
+    """
+
+    def forward(self, x):
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))
+
+
+class BertPytorchLayerNorm(nn.Module):
+    "Construct a layernorm module (See citation for details)."
+
+    def __init__(self, features, eps=1e-6):
+        super(BertPytorchLayerNorm, self).__init__()
+        self.a_2 = nn.Parameter(torch.ones(features))
+        self.b_2 = nn.Parameter(torch.zeros(features))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        std = x.std(-1, keepdim=True)
+        return self.a_2 * (x - mean) / (std + self.eps) + self.b_2
+
+
+class BertPytorchSublayerConnection(nn.Module):
+    """
+    A residual connection followed by a layer norm.
+    Note for code simplicity the norm is first as opposed to last.
+    """
+
+    def __init__(self, size, dropout):
+        super(BertPytorchSublayerConnection, self).__init__()
+        self.norm = BertPytorchLayerNorm(size)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, sublayer):
+        "Apply residual connection to any sublayer with the same size."
+        return x + self.dropout(sublayer(self.norm(x)))
+
+
+class BertPytorchPositionwiseFeedForward(nn.Module):
+    "Implements FFN equation."
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super(BertPytorchPositionwiseFeedForward, self).__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = BertPytorchGELU()
+
+    def forward(self, x):
+        return self.w_2(self.dropout(self.activation(self.w_1(x))))
+
+
+# --- transformer.py (not in the write-up: the original's) ------------------
+
+
+class BertPytorchTransformerBlock(nn.Module):
+    """
+    Bidirectional Encoder = Transformer (self-attention)
+    Transformer = MultiHead_Attention + Feed_Forward with sublayer connection
+    """
+
+    def __init__(self, hidden, attn_heads, feed_forward_hidden, dropout):
+        """
+        :param hidden: hidden size of transformer
+        :param attn_heads: head sizes of multi-head attention
+        :param feed_forward_hidden: feed_forward_hidden, usually 4*hidden_size
+        :param dropout: dropout rate
+        """
+
+        super().__init__()
+        self.attention = BertPytorchMultiHeadedAttention(h=attn_heads, d_model=hidden)
+        self.feed_forward = BertPytorchPositionwiseFeedForward(d_model=hidden, d_ff=feed_forward_hidden, dropout=dropout)
+        self.input_sublayer = BertPytorchSublayerConnection(size=hidden, dropout=dropout)
+        self.output_sublayer = BertPytorchSublayerConnection(size=hidden, dropout=dropout)
+        self.dropout = nn.Dropout(p=dropout)
+
+    def forward(self, x, mask):
+        x = self.input_sublayer(x, lambda _x: self.attention.forward(_x, _x, _x, mask=mask))
+        x = self.output_sublayer(x, self.feed_forward)
+        return self.dropout(x)
+
+
+# --- embedding/token.py, segment.py, position.py, bert.py ------------------
+
+
+class BertPytorchTokenEmbedding(nn.Embedding):
+    def __init__(self, vocab_size, embed_size=512):
+        super().__init__(vocab_size, embed_size, padding_idx=0)
+
+
+class BertPytorchSegmentEmbedding(nn.Embedding):
+    def __init__(self, embed_size=512):
+        super().__init__(3, embed_size, padding_idx=0)
+
+
+class BertPytorchPositionalEmbedding(nn.Module):
+
+    def __init__(self, d_model, max_len=512):
+        super().__init__()
+
+        # Compute the positional encodings once in log space.
+        pe = torch.zeros(max_len, d_model).float()
+        pe.requires_grad = False
+
+        position = torch.arange(0, max_len).float().unsqueeze(1)
+        # deviation: the write-up reads `* -(math.pi / 2))`, garbled at the margin; the original's
+        div_term = (torch.arange(0, d_model, 2).float() * -(math.log(10000.0) / d_model)).exp()
+
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+
+        pe = pe.unsqueeze(0)
+        self.register_buffer('pe', pe)
+
+    def forward(self, x):
+        return self.pe[:, :x.size(1)]
+
+
+class BertPytorchBERTEmbedding(nn.Module):
+    """
+    BERT Embedding which is consisted with under features
+        1. TokenEmbedding : normal embedding matrix
+        2. PositionalEmbedding : adding positional information using sin, cos
+        2. SegmentEmbedding : adding sentence segment info, (sent_A:1, sent_B:2)
+
+        sum of all these features are output of BERTEmbedding
+    """
+
+    def __init__(self, vocab_size, embed_size, dropout=0.1):
+        """
+        :param vocab_size: total vocab size
+        :param embed_size: embedding size of token embedding
+        :param dropout: dropout rate
+        """
+        super().__init__()
+        # deviation: the three lines below are cut off at `em`, `self.toke` and `self.token`
+        self.token = BertPytorchTokenEmbedding(vocab_size=vocab_size, embed_size=embed_size)
+        self.position = BertPytorchPositionalEmbedding(d_model=self.token.embedding_dim)
+        self.segment = BertPytorchSegmentEmbedding(embed_size=self.token.embedding_dim)
+        self.dropout = nn.Dropout(p=dropout)
+        self.embed_size = embed_size
+
+    def forward(self, sequence, segment_label):
+        # deviation: cut off after `self.position(sequence) +`
+        x = self.token(sequence) + self.position(sequence) + self.segment(segment_label)
+        return self.dropout(x)
+
+
+# --- bert.py ---------------------------------------------------------------
+
+
+class BertPytorchBERT(nn.Module):
+    """
+    BERT model : Bidirectional Encoder Representations from Transformers.
+    """
+
+    # deviation: cut off after `n_layers=12, a`
+    def __init__(self, vocab_size, hidden=768, n_layers=12, attn_heads=12, dropout=0.1):
+        """
+        :param vocab_size: vocab_size of total words
+        :param hidden: BERT model hidden size
+        :param n_layers: numbers of Transformer blocks(layers)
+        :param attn_heads: number of attention heads
+        :param dropout: dropout rate
+        """
+
+        super().__init__()
+        self.hidden = hidden
+        self.n_layers = n_layers
+        self.attn_heads = attn_heads
+
+        # paper noted they used 4*hidden_size for ff_network_hidden_size
+        self.feed_forward_hidden = hidden * 4
+
+        # embedding for BERT, sum of positional, segment, token embeddings
+        # deviation: cut off after `vocab_size=vocab_size,`
+        self.embedding = BertPytorchBERTEmbedding(vocab_size=vocab_size, embed_size=hidden)
+
+        # multi-layers transformer blocks, deep network
+        # deviation: cut off after `hidden * 4,`
+        self.transformer_blocks = nn.ModuleList(
+            [BertPytorchTransformerBlock(hidden, attn_heads, hidden * 4, dropout) for _ in range(n_layers)])
+
+    def forward(self, x, segment_info):
+        # attention masking for padded token
+        # torch.ByteTensor([batch_size, 1, seq_len, seq_len)
+        # deviation: cut off after `.u`
+        mask = (x > 0).unsqueeze(1).repeat(1, x.size(1), 1).unsqueeze(1)
+
+        # embedding the indexed sequence to sequence of vectors
+        x = self.embedding(x, segment_info)
+
+        # running over multiple transformer blocks
+        for transformer in self.transformer_blocks:
+            x = transformer.forward(x, mask)
+
+        return x
+
+
+# --- language_model.py (not in the write-up: the original's; its trainer builds it) ---
+
+
+class BertPytorchBERTLM(nn.Module):
+    """
+    BERT Language Model
+    Next Sentence Prediction Model + Masked Language Model
+    """
+
+    def __init__(self, bert: BertPytorchBERT, vocab_size):
+        """
+        :param bert: BERT model which should be trained
+        :param vocab_size: total vocab size for masked_lm
+        """
+
+        super().__init__()
+        self.bert = bert
+        self.next_sentence = BertPytorchNextSentencePrediction(self.bert.hidden)
+        self.mask_lm = BertPytorchMaskedLanguageModel(self.bert.hidden, vocab_size)
+
+    def forward(self, x, segment_label):
+        x = self.bert(x, segment_label)
+        return self.next_sentence(x), self.mask_lm(x)
+
+
+class BertPytorchNextSentencePrediction(nn.Module):
+    """
+    2-class classification model : is_next, is_not_next
+    """
+
+    def __init__(self, hidden):
+        """
+        :param hidden: BERT model output size
+        """
+        super().__init__()
+        self.linear = nn.Linear(hidden, 2)
+        self.softmax = nn.LogSoftmax(dim=-1)
+
+    def forward(self, x):
+        return self.softmax(self.linear(x[:, 0]))
+
+
+class BertPytorchMaskedLanguageModel(nn.Module):
+    """
+    predicting origin token from masked input sequence
+    n-class classification problem, n-class = vocab_size
+    """
+
+    def __init__(self, hidden, vocab_size):
+        """
+        :param hidden: output size of BERT model
+        :param vocab_size: total vocab size
+        """
+        super().__init__()
+        self.linear = nn.Linear(hidden, vocab_size)
+        self.softmax = nn.LogSoftmax(dim=-1)
+
+    def forward(self, x):
+        return self.softmax(self.linear(x))

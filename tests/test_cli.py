@@ -41,6 +41,7 @@ def test_layouts_lists_the_tables():
     result = runner.invoke(cli.app, ["layouts"])
     assert result.exit_code == 0
     assert [line.split()[0] for line in result.stdout.splitlines()] == [
+        "bert-pytorch",
         "bertconv",
         "google-tf",
         "minbert",
@@ -179,7 +180,7 @@ def test_a_plain_install_finds_the_mapping_tables(tmp_path):
     )
     assert shown.stdout.splitlines() == [
         str(tmp_path / "bertconv" / "mapping.py"),
-        "['bertconv', 'google-tf', 'minbert', 'transformers', 'transformers-tf']",
+        "['bert-pytorch', 'bertconv', 'google-tf', 'minbert', 'transformers', 'transformers-tf']",
     ], shown.stderr
 
 

@@ -123,3 +123,12 @@ def test_verify_under_transformers_5_names_what_to_install(relative, cli):
     code, out, err = cli("verify", relative, "--device", "cpu")
     assert code == MissingDependencyError.exit_code
     assert "no longer implements position_embedding_type=" in err and "Traceback" not in err
+
+
+def test_inspect_names_the_kind_of_positions(relative, cli):
+    kind = json.loads((relative / "config.json").read_text())["position_embedding_type"]
+    code, out, err = cli("inspect", relative)
+    assert code == 0, err
+    assert f"gelu, {kind} position embeddings" in out and "class       BertForPreTraining" in out
+    code, out, err = cli("inspect", relative, "--json")
+    assert json.loads(out)["config"]["position_embedding_type"] == kind
