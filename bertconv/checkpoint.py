@@ -11,7 +11,7 @@ config.json.
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import SimpleNamespace
 
 from . import files, pickles, storage
@@ -87,8 +87,7 @@ def tf_checkpoint(directory: Path) -> Path | None:
         for line in text.splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "model_checkpoint_path":
-                named = files.plain_name(value.strip().strip('"'), str(directory / "checkpoint"))
-                return directory / f"{named}.index"
+                return _named_checkpoint(value.strip().strip('"'), indexes, directory)
     if len(indexes) > 1:
         raise CheckpointError(
             f"{directory}: holds {len(indexes)} TensorFlow checkpoints "
@@ -96,6 +95,21 @@ def tf_checkpoint(directory: Path) -> Path | None:
             "the model's; keep one"
         )
     return indexes[0]
+
+
+def _named_checkpoint(named: str, indexes: list[Path], directory: Path) -> Path:
+    """The checkpoint that the `checkpoint` file names. TensorFlow 1 wrote where it saved it,
+    often an absolute path on the machine that trained it: its last part is looked for among
+    the directory's own checkpoints, and never opened as a path."""
+    last = PurePosixPath(named.replace("\\", "/")).name
+    for index in indexes:
+        if index.stem == last:
+            return index
+    raise CheckpointError(
+        f"{directory / 'checkpoint'}: names {named!r}, which is none of the checkpoints in "
+        f"{directory} ({', '.join(p.stem for p in indexes)}); remove the file, or the "
+        "checkpoints that are not the model's"
+    )
 
 
 def _shards(index: Path) -> list[Path]:

@@ -226,15 +226,30 @@ def test_a_data_file_that_is_not_there_or_not_data_is_one_message(
     refused(convert(cli, src, tmp_path), code, message)
 
 
-@pytest.mark.parametrize("named", ["/etc/passwd", "../../../etc/passwd", "..", "sub/model.ckpt"])
-def test_a_checkpoint_file_naming_a_path_is_refused(named, tmp_path, cli):
-    """With two checkpoints in the directory, the `checkpoint` file says which: a plain name,
+@pytest.mark.parametrize(
+    "named", ["/etc/passwd", "../../../etc/passwd", "..", "sub/model.ckpt", "../bert_model"]
+)
+def test_a_checkpoint_file_naming_no_checkpoint_of_the_directory_is_refused(named, tmp_path, cli):
+    """With two checkpoints in the directory, the `checkpoint` file says which: one of them,
     never a path out of the directory."""
     src = copied(tmp_path)
     for f in list(src.glob("bert_model.ckpt.*")):
         shutil.copy(f, src / f.name.replace("bert_model.ckpt", "model.ckpt-2"))
     (src / "checkpoint").write_text(f'model_checkpoint_path: "{named}"\n')
-    refused(convert(cli, src, tmp_path), 4, f"names '{named}' as a file; only plain file names")
+    said = f"names '{named}', which is none of the checkpoints in {src} (bert_model.ckpt, model"
+    refused(convert(cli, src, tmp_path), 4, said)
+
+
+@pytest.mark.parametrize("named", ["/home/someone/run/model.ckpt-2", "C:\\run\\model.ckpt-2"])
+def test_a_checkpoint_file_naming_where_training_saved_it_is_followed_here(named, tmp_path, cli):
+    """TensorFlow 1 wrote absolute paths, of the machine that trained: the last part names the
+    checkpoint, found in the directory itself."""
+    src = copied(tmp_path)
+    for f in list(src.glob("bert_model.ckpt.*")):
+        shutil.copy(f, src / f.name.replace("bert_model.ckpt", "model.ckpt-2"))
+    (src / "checkpoint").write_text(f'model_checkpoint_path: "{named}"\n')
+    code, _, err = convert(cli, src, tmp_path)
+    assert code == 0, err
 
 
 def test_a_checkpoint_file_that_is_a_fifo_is_not_waited_on(tmp_path, cli):
