@@ -45,25 +45,32 @@ def _quiet(message: str) -> None:
 
 @dataclass
 class Source:
-    """Where a checkpoint came from: a local directory, or a Hub repository at a commit."""
+    """Where a checkpoint came from: a local directory (or a weights file in one), or a Hub
+    repository at a commit."""
 
     name: str
-    path: Path
+    path: Path  # the directory: config.json and the tokenizer files are read there
     revision: str | None = None
+    weights: Path | None = None  # the weights file named, where one was; else the directory's
 
 
 def resolve(source: "str | Path | Source", revision: str | None = None, say=_quiet) -> Source:
-    """A local checkpoint directory as it is; anything else that looks like `org/name`, from
-    the Hub (or its cache)."""
+    """A local checkpoint directory, or a weights file in one (a state dict saved by hand,
+    `bert.pt`), as it is; anything else that looks like `org/name`, from the Hub (or its
+    cache)."""
     if isinstance(source, Source):
         return source
     path = Path(source).expanduser()
     if path.is_dir():
         return Source(str(source), path)
+    if path.exists():  # whatever it is, the reader says what is wrong with it
+        return Source(str(source), path.parent, weights=path)
     from . import hub  # only for Hub ids: local conversions skip its imports
 
     if isinstance(source, Path) or not hub.is_repo_id(str(source)):
-        raise NotFoundError(f"{source}: no such directory, and not a Hub model id (org/name)")
+        raise NotFoundError(
+            f"{source}: no such directory or file, and not a Hub model id (org/name)"
+        )
     try:
         remote = hub.locate(str(source), revision)
     except BertconvError as e:
@@ -150,7 +157,7 @@ def fetch(
 
 
 def _convert_into(src: Source, output: files.Output, to_layout, from_layout, heads) -> Converted:
-    ckpt = read_checkpoint(src.path, from_layout)
+    ckpt = read_checkpoint(src.path, from_layout, src.weights)
     output.check_not_source(src.path, [*ckpt.files, *tokenizer_files(src.path)], WRITTEN)
     form = layout(to_layout, ckpt.config).format
     _check_form(form, to_layout, output)
@@ -212,7 +219,7 @@ def load(
     False for the encoder and pooler alone, or a list of the groups to keep. Loading is strict:
     every parameter comes from the file, none is left at an initial value."""
     src = resolve(source, revision)
-    ckpt = read_checkpoint(src.path, layout)
+    ckpt = read_checkpoint(src.path, layout, src.weights)
     return build(convert_read(ckpt, "bertconv", heads), ckpt.config)
 
 
@@ -286,7 +293,8 @@ def inspect(
     from .mapping import layout_names
 
     src = resolve(source, revision)
-    ckpt = read_checkpoint(src.path, from_layout or OFFICIAL)  # the layout is found below
+    # the layout is found below
+    ckpt = read_checkpoint(src.path, from_layout or OFFICIAL, src.weights)
     said = ckpt.metadata.get(LAYOUT_KEY)
     recorded = from_layout or (said if said in layout_names() else None)  # a name, not a path
     tables = [layout(n, ckpt.config) for n in ([recorded] if recorded else layout_names())]

@@ -75,6 +75,11 @@ def weight_files(directory: Path) -> tuple[Path | None, list[Path]]:
     )
 
 
+def _named_weights(path: Path) -> tuple[Path | None, list[Path]]:
+    """The weights of a file named as the source: a shard index with its shards, or the file."""
+    return (path, _shards(path)) if path.name.endswith(".index.json") else (None, [path])
+
+
 def tf_checkpoint(directory: Path) -> Path | None:
     """The .index file of the directory's TensorFlow checkpoint: the only one, or the one its
     `checkpoint` file names."""
@@ -201,10 +206,14 @@ def _read_safetensors(path: Path) -> tuple[dict, dict[str, str]]:
         raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
-def read_checkpoint(directory: Path, layout: str | None = None) -> Checkpoint:
-    """config.json (or bert_config.json) and every tensor of a checkpoint directory."""
+def read_checkpoint(
+    directory: Path, layout: str | None = None, named: Path | None = None
+) -> Checkpoint:
+    """config.json (or bert_config.json) and every tensor of a checkpoint directory; of the
+    weights file `named` in it, where one is (a safetensors file, a TensorFlow index or h5
+    file by their suffixes, else a pickle)."""
     directory = Path(directory)
-    index, weights = weight_files(directory)
+    index, weights = _named_weights(named) if named else weight_files(directory)
     config_path = next(
         (directory / n for n in CONFIG_FILES if files.is_present(directory / n)),
         directory / CONFIG_FILES[0],

@@ -104,7 +104,10 @@ def layouts() -> None:
 
 @command
 def convert(
-    source: Annotated[str, typer.Argument(help="Checkpoint directory, or a Hub model id.")],
+    source: Annotated[
+        str,
+        typer.Argument(help="Checkpoint directory (or a weights file in one), or a Hub model id."),
+    ],
     to: LayoutOption = "bertconv",
     out: Out = None,
     revision: Revision = None,
@@ -117,7 +120,8 @@ def convert(
     Writes OUT/model.safetensors, OUT/config.json and the tokenizer files.
 
     SOURCE is a local directory (config.json with model.safetensors, sharded safetensors, or
-    pytorch_model.bin, read with weights_only=True) or a Hub model id, fetched with
+    pytorch_model.bin, read with weights_only=True; or a TensorFlow checkpoint), a weights file
+    in one (bert.pt: config.json is read beside it), or a Hub model id, fetched with
     huggingface_hub. The source and its revision are recorded in the safetensors metadata.
     Nothing is half-written: files are written aside and renamed into place.
 
@@ -226,7 +230,10 @@ def _report(converted, to: str, out: Path) -> None:
 
 @command
 def inspect(
-    source: Annotated[str, typer.Argument(help="Checkpoint directory, or a Hub model id.")],
+    source: Annotated[
+        str,
+        typer.Argument(help="Checkpoint directory (or a weights file in one), or a Hub model id."),
+    ],
     revision: Revision = None,
     from_layout: FromLayout = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
@@ -353,7 +360,11 @@ def _write_table(out: Path, text: str) -> None:
 @command
 def verify(
     source: Annotated[
-        str, typer.Argument(help="Checkpoint directory (official or converted), or a Hub model id.")
+        str,
+        typer.Argument(
+            help="Checkpoint directory, official or converted (or a weights file in one), or a "
+            "Hub model id."
+        ),
     ],
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",

@@ -272,7 +272,7 @@ def verify(
         raise UsageError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
     dev = pick_device(device)
     src = resolve(source, revision)
-    ckpt = read_checkpoint(src.path, from_layout)
+    ckpt = read_checkpoint(src.path, from_layout, src.weights)
     _implements(_transformers(), ckpt.config)
     nonfinite = storage.nonfinite(ckpt.state_dict)
     if model is None:

@@ -236,3 +236,15 @@ def test_a_mutated_table_is_refused_naming_the_line(kind, tmp_path):
     line = mutated.splitlines().index(replacement) + 1
     with pytest.raises(TableError, match=re.escape(f"line {line} ({key}): {problem}")):
         read_table(tmp_path / "bp.toml")
+
+
+def test_a_state_dict_saved_by_hand_is_named_as_the_source(tmp_path, cli):
+    """As its users save it: torch.save(model.state_dict(), "bert.pt"), no directory of its
+    own, no config.json."""
+    torch.save(seed_bert().state_dict(), tmp_path / "bert.pt")
+    found = bertconv.inspect(tmp_path / "bert.pt")
+    assert found.layout == "bert-pytorch" and found.config["hidden_size"] == TINY["hidden_size"]
+    code, out, err = cli("inspect", tmp_path / "bert.pt")
+    assert code == 0 and "layout      bert-pytorch (by its names)" in out, err
+    code, _, err = cli("convert", tmp_path / "bert.pt", "--out", tmp_path / "out")
+    assert code == CheckpointError.exit_code and REFUSED in err and not (tmp_path / "out").exists()

@@ -167,3 +167,43 @@ def test_a_users_own_minbert_file_loads_with_from(checkpoints, batch, tmp_path):
         b = model(batch["input_ids"], batch["attention_mask"])["last_hidden_state"]
     real = batch["attention_mask"].bool()
     assert (a - b)[real].abs().max() <= FLOAT32_MAX_ABS
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_a_weights_file_names_its_checkpoint(tasks, weights, tmp_path, cli):
+    """A weights file as the source: config.json and the tokenizer are read beside it."""
+    form = "safetensors" if weights.endswith("safetensors") else "bin"
+    src = tasks["BertForSequenceClassification", form] / weights
+    code, out, err = cli("convert", src, "--out", tmp_path / "out")
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "vocab.txt",
+    ]
+    model = bertconv.load(src)
+    assert type(model).__name__ == "BertForSequenceClassification"
+    assert cli("verify", src, "--device", "cpu")[0] == 0
+    assert bertconv.inspect(src).model_class == "BertForSequenceClassification"
+
+
+def test_a_renamed_state_dict_beside_its_config_converts(tasks, tmp_path, cli):
+    src = tmp_path / "mine"
+    src.mkdir()
+    original = tasks["BertModel", "bin"]
+    (src / "config.json").write_bytes((original / "config.json").read_bytes())
+    (src / "bert.pt").write_bytes((original / "pytorch_model.bin").read_bytes())
+    code, out, err = cli("convert", src / "bert.pt", "--to", "minbert", "--out", tmp_path / "o")
+    assert code == 0, err
+
+
+def test_a_weights_file_is_never_its_own_output(tasks, cli):
+    src = tasks["BertModel", "safetensors"]
+    code, _, err = cli("convert", src / "model.safetensors", "--out", src)
+    assert code == 2 and "is the source directory" in err
+
+
+def test_a_path_that_is_not_there_says_so(tmp_path, cli):
+    code, _, err = cli("convert", tmp_path / "nothing.pt", "--out", tmp_path / "o")
+    assert code == NotFoundError.exit_code
+    assert "no such directory or file, and not a Hub model id" in err
