@@ -136,6 +136,13 @@ def signature_of(model: nn.Module) -> inspect.Signature:
     return inspect.signature(model.forward)
 
 
+# What each input is, for messages: a model must take the mask, for the batches are padded.
+NAMED = {
+    "input_ids": "the token ids",
+    "attention_mask": "the attention mask, which padded batches need",
+}
+
+
 def arguments(model: nn.Module, spec: str) -> dict[str, str]:
     """Which parameter of the user's forward takes each input: {our name: theirs}. Raises,
     showing the signature, where the token ids or the mask have no parameter, or a parameter
@@ -155,11 +162,17 @@ def arguments(model: nn.Module, spec: str) -> dict[str, str]:
         and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         and p.name not in found.values()
     ]
-    if "input_ids" not in found or "attention_mask" not in found or required:
+    lacking = [what for what in ("input_ids", "attention_mask") if what not in found]
+    if lacking or required:
+        why = (
+            f"no parameter takes {' or '.join(NAMED[w] for w in lacking)}"
+            if lacking
+            else f"nothing is passed to {', '.join(required)}"
+        )
         raise UsageError(
-            f"--model {spec!r}: cannot call forward{signature_of(model)} by parameter name: "
-            f"bertconv passes the token ids ({', '.join(SPELLINGS['input_ids'])}), the mask "
-            f"({', '.join(SPELLINGS['attention_mask'])}; or {', '.join(INVERTED_MASKS)}, "
+            f"--model {spec!r}: cannot call forward{signature_of(model)} by parameter name "
+            f"({why}): bertconv passes the token ids ({', '.join(SPELLINGS['input_ids'])}), "
+            f"the mask ({', '.join(SPELLINGS['attention_mask'])}; or {', '.join(INVERTED_MASKS)}, "
             f"True at padding) and the token types ({', '.join(SPELLINGS['token_type_ids'])})"
         )
     return found

@@ -1,9 +1,10 @@
 """What a user writes for `--model` when their class takes a config class of its own (minbert's
-does), and a model whose forward bertconv cannot call by parameter name."""
+does) or its sizes as arguments (BERT-pytorch's), and a model whose forward bertconv cannot call
+by parameter name."""
 
 from torch import nn
 
-from seed_models import MinbertConfig, MinbertModel
+from seed_models import BertPytorchBERT, MinbertConfig, MinbertModel
 
 FIELDS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -27,3 +28,13 @@ class Unusual(nn.Module):
 
 def unusual_call(config) -> nn.Module:
     return Unusual()
+
+
+def bert_pytorch(config) -> nn.Module:
+    """Seed 004's BERT: it takes no attention mask (it makes one from the ids)."""
+    return BertPytorchBERT(
+        config.vocab_size,
+        hidden=config.hidden_size,
+        n_layers=config.num_hidden_layers,
+        attn_heads=config.num_attention_heads,
+    )

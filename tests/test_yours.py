@@ -118,6 +118,10 @@ def test_a_verify_against_the_wrong_table_fails_at_the_first_wrong_layer(inferre
         ("Bert", "expected PKG.MODULE:NAME or path/to/file.py:NAME"),
         (f"{HERE / 'seed_models.py'}:MinbertModel", "give a function that builds it"),
         (f"{HERE / 'seed_factories.py'}:unusual_call", "cannot call forward(sequence, lengths)"),
+        (
+            f"{HERE / 'seed_factories.py'}:bert_pytorch",
+            "forward(x, segment_info) by parameter name (no parameter takes the attention mask",
+        ),
     ],
 )
 def test_a_model_bertconv_cannot_use_is_one_message(spec, message, checkpoints, cli):
