@@ -173,6 +173,23 @@ def _json_mutant(draw, path: Path) -> bytes:
     return draw(byte_mutant(path.read_bytes()))
 
 
+def _entry_mutation(draw, entries: list, own: tuple[str, ...]) -> tuple[str | None, int]:
+    """One of `entries` dropped, repeated or swapped with another, in place; or one of the
+    caller's `own` kinds of mutation drawn, for it to make: (kind, the entry's index)."""
+    if not entries:
+        return None, 0
+    at = draw(st.integers(0, len(entries) - 1))
+    kind = draw(st.sampled_from(["drop", "repeat", "swap", *own]))
+    if kind == "drop":
+        del entries[at]
+    elif kind == "repeat":
+        entries.insert(at, entries[at])
+    elif kind == "swap":
+        other = draw(st.integers(0, len(entries) - 1))
+        entries[at], entries[other] = entries[other], entries[at]
+    return kind, at
+
+
 def _tf_index_mutant(draw, path: Path) -> bytes:
     """An index spoiled in its bytes (mostly caught by a checksum), or in its entries or in a
     block's contents with the checksums made to match, so that the parsers behind them are
@@ -188,19 +205,12 @@ def _tf_index_mutant(draw, path: Path) -> bytes:
         return contents + b"\0" + crc.to_bytes(4, "little") + raw[size + tfbundle.TRAILER :]
     table = tfbundle.read_table(path)
     for _ in range(draw(st.integers(1, 3))):
-        at = draw(st.integers(0, len(table) - 1))
-        key, value = table[at]
-        kind = draw(st.sampled_from(["drop", "repeat", "swap", "key", "value"]))
-        if kind == "drop":
-            del table[at]
-        elif kind == "repeat":
-            table.insert(at, table[at])
-        elif kind == "swap":
-            other = draw(st.integers(0, len(table) - 1))
-            table[at], table[other] = table[other], table[at]
-        elif kind == "key":
+        kind, at = _entry_mutation(draw, table, ("key", "value"))
+        if kind == "key":
+            key, value = table[at]
             table[at] = (draw(byte_mutant(key)) if key else key, value)
-        else:
+        elif kind == "value":
+            key, value = table[at]
             table[at] = (key, draw(byte_mutant(value)))
     builder = tfbundle.TableBuilder()
     for key, value in table:
@@ -381,21 +391,11 @@ def campaign(target: str, seeds: dict[str, Path], examples: int, seed: int | Non
 def table_mutant(draw, text: str) -> str:
     lines = text.splitlines()
     for _ in range(draw(st.integers(1, 3))):
-        if not lines:
-            break
-        at = draw(st.integers(0, len(lines) - 1))
-        kind = draw(st.sampled_from(["drop", "repeat", "swap", "retarget", "bytes"]))
-        if kind == "drop":
-            del lines[at]
-        elif kind == "repeat":
-            lines.insert(at, lines[at])
-        elif kind == "swap":
-            other = draw(st.integers(0, len(lines) - 1))
-            lines[at], lines[other] = lines[other], lines[at]
-        elif kind == "retarget" and " = " in lines[at]:
+        kind, at = _entry_mutation(draw, lines, ("retarget", "bytes"))
+        if kind == "retarget" and " = " in lines[at]:
             key = lines[at].split(" = ")[0]
             lines[at] = f"{key} = {json.dumps(draw(JSON_VALUES))}"
-        else:
+        elif kind in ("retarget", "bytes"):
             mutated = draw(byte_mutant(lines[at].encode()))
             lines[at] = mutated.decode("utf-8", "replace")
     return "\n".join(lines) + "\n"
