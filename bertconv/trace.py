@@ -1,0 +1,228 @@
+"""A trace of a model's forward at the level of torch functions: every call that reads the model's
+inputs, which parameters it reads (directly, or through a view of one: `W.T`, `W[:T]`, a chunk),
+and what it returns. It sees inside any model, whether a module holds each step or a function of
+raw parameters computes it: `F.linear`, `x @ W`, `F.layer_norm` or a LayerNorm written by hand,
+`F.embedding` or `W[ids]`, `softmax`, `nn.MultiheadAttention` as one call.
+
+    with Trace(model, batch) as trace:
+        out = model(**batch)
+    trace.last_use({"ln2.weight", "ln2.bias"}).output  # a layer's hidden state, where computed
+
+Tensors are told apart by identity: the trace holds every tensor it sees until it is dropped, so
+that no two tensors share an id while it lives. A value a later in-place call (`x += y`,
+`masked_fill_`) would change is copied before that call, so each call keeps what it returned.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+# Attribute reads that are views of a tensor (the rest, `.shape`, `.device`, ..., are metadata).
+VIEW_ATTRIBUTES = {"T", "mT", "H", "mH"}
+# Calls that answer a question about a tensor rather than compute one.
+METADATA = {"size", "dim", "numel", "stride", "is_floating_point", "is_contiguous", "data_ptr",
+            "element_size", "__len__", "__bool__", "item", "tolist", "__format__", "__repr__",
+            "is_complex", "nelement", "ndimension", "storage_offset", "untyped_storage",
+            "get_device", "__hash__"}  # fmt: skip
+# In-place calls that do not end with an underscore.
+IN_PLACE = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+            "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__"}  # fmt: skip
+DEPTH = 4  # how deep outputs and arguments are searched for tensors (nested tuples, dicts)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A tensor made from parameters alone (no input of the model): which, and how (the calls
+    from the parameter to it, each as (name, its non-tensor arguments))."""
+
+    params: tuple[str, ...]
+    steps: tuple[tuple[str, tuple], ...] = ()
+
+
+@dataclass
+class Call:
+    """One call of a torch function that reads the model's inputs."""
+
+    index: int
+    name: str  # the function's name: linear, matmul, add, layer_norm, __getitem__, T, ...
+    args: tuple
+    kwargs: dict
+    inputs: list[torch.Tensor]  # its tensor arguments, in order
+    producers: list[int | None]  # the call that made each input (None: not made in the trace)
+    params: list[tuple[int, Origin]]  # (position in inputs, the parameters it is made of)
+    output: Any
+    sources: frozenset[str]  # the model's inputs it depends on (input_ids, attention_mask, ...)
+
+    @property
+    def param_names(self) -> set[str]:
+        return {name for _, origin in self.params for name in origin.params}
+
+    def tensors_out(self) -> list[torch.Tensor]:
+        return list(tensors_in(self.output))
+
+
+class Trace(TorchFunctionMode):
+    """Records the calls of a forward of `model` on `inputs` ({our name: tensor})."""
+
+    def __init__(self, model: nn.Module, inputs: dict[str, torch.Tensor]):
+        super().__init__()
+        self.model, self.inputs = model, inputs
+        self.calls: list[Call] = []
+        # Every name of every parameter: a tied weight is one parameter under two names.
+        self.names: dict[int, str] = {}
+        for name, p in self.model.named_parameters(remove_duplicate=False):
+            self.names.setdefault(id(p), name)
+        self._origin: dict[int, Origin] = {}
+        self._sources = {id(t): frozenset({name}) for name, t in self.inputs.items()}
+        self._producer: dict[int, int] = {}
+        self._keep: list = list(self.inputs.values())
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = _name(func)
+        if name is None or name in METADATA:
+            return func(*args, **kwargs)
+        self._before_in_place(name, args, kwargs)
+        out = func(*args, **kwargs)
+        self._record(name, args, kwargs, out)
+        return out
+
+    # What is known about a tensor ---------------------------------------------------------
+
+    def origin(self, t: torch.Tensor) -> Origin | None:
+        if id(t) in self.names:
+            return Origin((self.names[id(t)],))
+        return self._origin.get(id(t))
+
+    def sources(self, t: torch.Tensor) -> frozenset[str]:
+        return self._sources.get(id(t), frozenset())
+
+    def producer(self, t: torch.Tensor) -> Call | None:
+        index = self._producer.get(id(t))
+        return None if index is None else self.calls[index]
+
+    # Reading the record -------------------------------------------------------------------
+
+    def uses(self, params: set[str]) -> list[Call]:
+        """The calls that read any of `params` together with the model's inputs, in order."""
+        return [c for c in self.calls if c.param_names & params]
+
+    def last_use(self, params: set[str]) -> Call | None:
+        found = self.uses(params)
+        return found[-1] if found else None
+
+    def consumers(self, call: Call) -> Iterator[Call]:
+        """The later calls that read a tensor `call` returned."""
+        for later in self.calls[call.index + 1 :]:
+            if call.index in later.producers:
+                yield later
+
+    def unary_chain(self, call: Call) -> list[torch.Tensor]:
+        """`call`'s output, then what each next call that reads only it (and no parameter)
+        makes of it, keeping its shape: an activation, a dropout (tanh(W x + b) from W x + b)."""
+        chain = [_first_tensor(call.output)]
+        current = call
+        while True:
+            following = next(self.consumers(current), None)
+            if (
+                following is None
+                or following.params
+                or len([p for p in following.producers if p is not None]) != 1
+                or not isinstance(following.output, torch.Tensor)
+                or following.output.shape != chain[-1].shape
+            ):
+                return chain
+            chain.append(following.output)
+            current = following
+
+    # Recording ------------------------------------------------------------------------------
+
+    def _before_in_place(self, name: str, args: tuple, kwargs: dict) -> None:
+        """Keep, for the call that made it, a copy of what an in-place call is about to change."""
+        if not (
+            name in IN_PLACE
+            or (name.endswith("_") and not name.endswith("__"))
+            or kwargs.get("inplace") is True
+            or "out" in kwargs
+        ):
+            return
+        target = kwargs.get("out", args[0] if args else None)
+        for t in (target, getattr(target, "_base", None)):
+            if isinstance(t, torch.Tensor) and id(t) in self._producer:
+                made = self.calls[self._producer[id(t)]]
+                made.output = _replace(made.output, t, t.detach().clone())
+
+    def _record(self, name: str, args: tuple, kwargs: dict, out) -> None:
+        inputs = list(tensors_in((args, kwargs)))
+        if not inputs:
+            return
+        sources = frozenset().union(*(self.sources(t) for t in inputs))
+        used = [(i, o) for i, t in enumerate(inputs) if (o := self.origin(t)) is not None]
+        outputs = [t for t in tensors_in(out) if not any(t is i for i in inputs)]
+        if not sources:  # made from parameters and constants only: a view of a parameter
+            if used and outputs:
+                step = (name, tuple(a for a in args if not isinstance(a, torch.Tensor)))
+                params = tuple(dict.fromkeys(n for _, o in used for n in o.params))
+                steps = used[0][1].steps + (step,) if len(params) == 1 else (step,)
+                for t in outputs:
+                    self._origin[id(t)] = Origin(params, steps)
+                    self._keep.append(t)
+            return
+        call = Call(
+            len(self.calls),
+            name,
+            args,
+            kwargs,
+            inputs,
+            [self._producer.get(id(t)) for t in inputs],
+            used,
+            out,
+            sources,
+        )
+        self.calls.append(call)
+        self._keep += inputs
+        for t in tensors_in(out):
+            self._sources[id(t)] = sources
+            self._producer[id(t)] = call.index
+            self._keep.append(t)
+
+
+def _name(func) -> str | None:
+    name = getattr(func, "__name__", None)
+    if name == "__get__":  # an attribute: only the views among them compute anything
+        attribute = getattr(getattr(func, "__self__", None), "__name__", None)
+        return attribute if attribute in VIEW_ATTRIBUTES else None
+    if name in ("__set__", "_set_grad_enabled"):
+        return None
+    return name
+
+
+def tensors_in(value, depth: int = 0) -> Iterator[torch.Tensor]:
+    """The tensors in a value: itself, or inside tuples, lists, dicts and dataclasses."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif depth < DEPTH:
+        if isinstance(value, dict):
+            value = list(value.values())
+        elif hasattr(value, "__dataclass_fields__"):
+            value = [getattr(value, f, None) for f in value.__dataclass_fields__]
+        if isinstance(value, tuple | list):
+            for item in value:
+                yield from tensors_in(item, depth + 1)
+
+
+def _first_tensor(value) -> torch.Tensor | None:
+    return next(tensors_in(value), None)
+
+
+def _replace(value, old: torch.Tensor, new: torch.Tensor):
+    """`value` with `old` replaced by `new`, where it is `old` or a plain tuple or list of it."""
+    if value is old:
+        return new
+    if type(value) in (tuple, list):
+        return type(value)(new if v is old else v for v in value)
+    return value
