@@ -277,6 +277,9 @@ def write_layout(
         if all(o in wanted and o in official for o in row.official):
             written = prefix + name if row.group in dst.prefixed else name
             out[written] = _pack(row, [official[o] for o in row.official])
+    for copy, original in dst.tied.items():  # a user's model holds its tied copies by name
+        if dst.name != OFFICIAL and original in out:
+            out[copy] = out[original]
     for name, gen in dst.generated.items():
         out[name] = storage.arange(gen.arange, gen.shape)
     return out
@@ -309,6 +312,13 @@ def convert(
         if found is not None:
             check_convertible(found, to_layout, source)
         raise
+    return convert_reading(reading, config, dst, heads, source)
+
+
+def convert_reading(
+    reading: Reading, config: BertConfig, dst: Table, heads: Heads, source: str
+) -> Conversion:
+    """A checkpoint already read into the official names, written in layout `dst`."""
     kept, dropped = select_groups(reading.groups, dst, heads, source)
     try:
         model_class = class_for(kept)

@@ -21,6 +21,11 @@ class UsageError(BertconvError):
     exit_code = 2
 
 
+class UserCodeError(UsageError):
+    """The user's own model (`--model`, `infer`) raised or exited in its import, its build or its
+    forward: the message is theirs, with where in their code."""
+
+
 class TableError(UsageError):
     """A mapping table that does not follow the tables' schema; the message names the row."""
 

@@ -2,31 +2,36 @@
 
     bertconv infer PKG.MODULE:NAME [--config CONFIG] [--out TABLE]
 
-The model is built on a small config whose sizes all differ (so that a shape says much), and its
-tensors are gathered into units: a weight with its bias, a LayerNorm's gamma with its beta, an
-embedding. Each unit is matched to a unit of BERT's (the query projection, the first LayerNorm,
-...) by its shape, stored as it is, transposed (a raw parameter used as `x @ W`) or fused (the
-query, key and value in one tensor); candidates are ranked by name hints (`q`, `Wq`, `query`;
-`ln1`, `norm2`; `gamma`, `beta`) and the order the model registers them in. What shapes cannot
-tell apart (the four square projections of a layer, its two LayerNorms) is settled by running
-the model: each candidate table, best first, is loaded with the weights of a random BERT and
-its hidden states compared with transformers' at every layer; the first within the float32
-tolerance is the table. A model no candidate makes compute BERT (a pre-LayerNorm block, a
-missing part) is refused, naming where the closest candidate diverges.
+The model is built on a small config whose sizes all differ (so that a shape says much) and run
+once, traced (trace.py). How its forward uses each parameter says what the parameter is: the
+weight and bias of one projection (`F.linear(x, W, b)`, `x @ W + b`: stored as it is or
+transposed), the gamma and beta of one LayerNorm (`F.layer_norm`, or `g * (x - mean) / std + b`
+written by hand), an embedding table (`F.embedding`, `W[ids]`, `W[:T]`), query, key and value
+fused in one tensor; and in which order the forward uses them, and on what (every token, or one
+per sequence). That settles pairs and roles that names cannot (`g1`/`b1`, `a_2`/`b_2`,
+`proj_q`); name hints only break ties.
+
+The first assignment is then checked by running the model with the weights of a random BERT
+against transformers' (the class its heads make), part by part: the embeddings, the layers, the
+pooler, the heads. Where a part differs, its alternatives (the query, key and value in another
+order, the LayerNorms the other way round, ...) are tried until one agrees within the float32
+tolerance. A model no assignment makes compute BERT (a pre-LayerNorm block, a missing part) is
+refused, naming where the closest assignment diverges.
 """
 
 import itertools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
 from . import storage, usermodel
 from .config import BertConfig
-from .errors import UsageError
-from .mapping import ENCODER, Table
+from .errors import NotBertError, UsageError
+from .mapping import ENCODER, OFFICIAL, class_for, expand, layout
+from .trace import Trace
 
 # Sizes that all differ, so that a tensor's shape tells what it can be.
 PROBE = dict(
@@ -37,83 +42,98 @@ PROBE = dict(
     intermediate_size=40,
     max_position_embeddings=29,
     type_vocab_size=2,
+    num_labels=5,
 )
 TOLERANCE = 1e-5
-MAX_TRIALS = 5000  # candidate tables run before giving up
-WEIGHT_WORDS = {"weight", "w", "gamma", "g", "scale", "kernel"}
+MAX_TRIALS = 400  # candidate tables run before giving up
+WEIGHT_WORDS = {"weight", "w", "gamma", "g", "scale", "kernel", "a"}
 BIAS_WORDS = {"bias", "b", "beta"}
+LINEAR_CALLS = {"linear", "matmul", "mm", "bmm", "__matmul__", "addmm", "einsum"}
+NORM_CALLS = {"layer_norm"}
+LOOKUP_CALLS = {"embedding", "__getitem__", "index_select", "take", "narrow"}
+VIEWS = {"contiguous", "float", "to", "type", "clone", "detach", "__getitem__", "narrow",
+         "unsqueeze", "squeeze", "expand", "expand_as", "double", "half", "bfloat16"}  # fmt: skip
+FLIPS = {"T", "t", "mT", "H", "mH"}
 
-# BERT's units, with the words from-scratch code names them by. A unit's official tensors are
-# PREFIX.weight and PREFIX.bias (an embedding: PREFIX.weight alone).
-LAYER_UNITS = {
-    "query": ("encoder.layer.{layer}.attention.self.query", {"q", "query", "wq", "queries"}),
-    "key": ("encoder.layer.{layer}.attention.self.key", {"k", "key", "wk", "keys"}),
-    "value": ("encoder.layer.{layer}.attention.self.value", {"v", "value", "wv", "values"}),
-    "attention output": (
-        "encoder.layer.{layer}.attention.output.dense",
-        {"o", "out", "output", "proj", "wo", "attention", "attn", "dense", "c_proj"},
-    ),
-    "attention norm": (
-        "encoder.layer.{layer}.attention.output.LayerNorm",
-        {"ln1", "norm1", "ln_1", "attention", "attn", "sa", "first"},
-    ),
-    "intermediate": (
-        "encoder.layer.{layer}.intermediate.dense",
-        {"intermediate", "interm", "fc1", "ff1", "w1", "up", "in", "c_fc", "lin1"},
-    ),
-    "output": (
-        "encoder.layer.{layer}.output.dense",
-        {"output", "out", "fc2", "ff2", "w2", "down", "lin2"},
-    ),
-    "output norm": (
-        "encoder.layer.{layer}.output.LayerNorm",
-        {"ln2", "norm2", "ln_2", "output", "out", "ffn", "ff", "mlp", "final", "second"},
-    ),
-}
-GLOBAL_UNITS = {
-    "word embeddings": ("embeddings.word_embeddings", {"word", "words", "tok", "token", "wte"}),
-    "position embeddings": (
-        "embeddings.position_embeddings",
-        {"pos", "position", "positions", "wpe", "positional"},
-    ),
-    "token type embeddings": (
-        "embeddings.token_type_embeddings",
-        {"type", "types", "segment", "seg", "tk", "token_type", "tt"},
-    ),
-    "embeddings norm": ("embeddings.LayerNorm", {"emb", "embed", "embedding", "embeddings"}),
-    "pooler": ("pooler.dense", {"pooler", "pool", "pooled"}),
-}
-NORMS = ("attention norm", "output norm", "embeddings norm")
+# BERT's units, with the words from-scratch code names them by: (official prefix, group, hints).
+# A unit's official tensors are PREFIX.weight and PREFIX.bias (an embedding: PREFIX.weight).
+ROLES = {
+    "word embeddings": ("embeddings.word_embeddings", ENCODER, {"word", "words", "tok", "token",
+                                                                 "wte", "vocab"}),
+    "position embeddings": ("embeddings.position_embeddings", ENCODER, {"pos", "position",
+                                                                         "positions", "wpe"}),
+    "token type embeddings": ("embeddings.token_type_embeddings", ENCODER, {"type", "types",
+                                                                             "segment", "seg"}),
+    "embeddings norm": ("embeddings.LayerNorm", ENCODER, {"emb", "embed", "embedding",
+                                                          "embeddings"}),
+    "query": ("encoder.layer.{layer}.attention.self.query", ENCODER, {"q", "query", "wq"}),
+    "key": ("encoder.layer.{layer}.attention.self.key", ENCODER, {"k", "key", "wk"}),
+    "value": ("encoder.layer.{layer}.attention.self.value", ENCODER, {"v", "value", "wv"}),
+    "attention output": ("encoder.layer.{layer}.attention.output.dense", ENCODER,
+                         {"o", "out", "output", "proj", "wo", "dense", "c_proj"}),
+    "attention norm": ("encoder.layer.{layer}.attention.output.LayerNorm", ENCODER,
+                       {"ln1", "norm1", "ln_1", "attention", "attn", "sa", "first"}),
+    "intermediate": ("encoder.layer.{layer}.intermediate.dense", ENCODER,
+                     {"intermediate", "interm", "fc1", "ff1", "w1", "up", "c_fc", "lin1"}),
+    "output": ("encoder.layer.{layer}.output.dense", ENCODER,
+               {"output", "out", "fc2", "ff2", "w2", "down", "lin2"}),
+    "output norm": ("encoder.layer.{layer}.output.LayerNorm", ENCODER,
+                    {"ln2", "norm2", "ln_2", "ffn", "ff", "mlp", "final", "second"}),
+    "pooler": ("pooler.dense", "pooler", {"pooler", "pool", "pooled", "cls"}),
+    "mlm transform": ("cls.predictions.transform.dense", "mlm", {"transform", "mlm", "lm"}),
+    "mlm norm": ("cls.predictions.transform.LayerNorm", "mlm", {"transform", "mlm", "lm"}),
+    "mlm bias": ("cls.predictions.bias", "mlm", {"decoder", "bias", "mlm", "lm"}),
+    "nsp": ("cls.seq_relationship", "nsp", {"nsp", "next", "seq_relationship", "sentence"}),
+    "classifier": ("classifier", "classifier", {"classifier", "cls", "clf", "head"}),
+    "token classifier": ("classifier", "token_classifier", {"classifier", "ner", "tagger"}),
+    "qa": ("qa_outputs", "qa", {"qa", "span", "start", "end"}),
+}  # fmt: skip
+LAYER = ("query", "key", "value", "attention output", "attention norm", "intermediate", "output",
+         "output norm")  # fmt: skip
 EMBEDDINGS = ("word embeddings", "position embeddings", "token type embeddings")
+NORMS = ("embeddings norm", "attention norm", "output norm", "mlm norm")
+SINGLE = ("mlm bias",)  # a unit of one tensor: PREFIX itself
+# Which part of the model each compared output belongs to, in the order they are computed.
+PARTS = ("embeddings", "layers", "pooler", "heads")
 
 
 @dataclass
 class Unit:
-    """A weight with its bias (or a LayerNorm's gamma with beta; or an embedding alone)."""
+    """Tensors the forward uses as one piece of BERT: a projection's weight and bias, a
+    LayerNorm's gamma and beta, an embedding table. Names are layer 0's for a layer's unit."""
 
-    key: str  # the name with the weight/bias word taken out (with {layer} in a layer)
-    weight: tuple[str, tuple[int, ...]] | None = None
-    bias: tuple[str, tuple[int, ...]] | None = None
-    order: int = 0  # where the model registers it
-    words: set[str] = field(default_factory=set)
+    weight: str
+    shape: tuple[int, ...]
+    bias: str | None = None
+    kind: str = "other"  # linear, norm, embedding, other
+    transposed: bool | None = None  # a projection stored (in, out); None: either, for all we know
+    order: int = 1 << 30  # the first call that uses it (unused: last)
+    per_token: bool = True  # a projection applied to every token, or to one per sequence
+    lookup: frozenset[str] = frozenset()  # an embedding: the inputs its indices come from
+    fused: int = 1  # a projection of several (query, key and value): how many
+
+    @property
+    def names(self) -> list[str]:
+        return [self.weight] + ([self.bias] if self.bias else [])
 
 
 @dataclass
-class Choice:
-    """Which user unit fills each of BERT's units, and how."""
+class Assignment:
+    """Which unit is each of BERT's, and how."""
 
-    units: dict[str, Unit]  # BERT's unit -> the user's
-    transposed: dict[str, bool]  # BERT's unit -> its weight stored (in, out)
-    fused: tuple[str, ...] = ()  # the BERT units one fused user unit holds, in its order
+    units: dict[str, Unit]  # role -> unit
+    transposed: dict[str, bool] = field(default_factory=dict)  # role -> stored (in, out)
     swapped: frozenset[str] = frozenset()  # norms whose two tensors are the other way round
+    fused: tuple[str, ...] = ("query", "key", "value")  # the order a fused unit holds them
+    tied: dict[str, str] = field(default_factory=dict)  # a copy's name -> the name it copies
 
 
 @dataclass
 class Inference:
-    """What `bertconv infer` found: the table, and how well its best candidate did."""
+    """What `bertconv infer` found: the table, and how well its assignment did."""
 
     text: str | None  # the table, as a TOML file; None where nothing computes BERT
-    checked: dict[str, float]  # hidden state -> max abs difference from transformers
+    checked: dict[str, float]  # compared output -> max abs difference from transformers
     trials: int
     reason: str | None = None  # why no table was found
 
@@ -124,50 +144,290 @@ def words(name: str) -> set[str]:
     return {w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w and not w.isdigit()}
 
 
-# The model's tensors, as units -----------------------------------------------------------------
+# Layers ------------------------------------------------------------------------------------------
 
 
 def layer_pattern(names: list[str], layers: int) -> dict[str, str]:
     """Each name with its layer index replaced by `{layer}` (names outside the layers as they
-    are). The index is the number in a name that runs over 0..layers-1 where the rest of the
-    name stays the same: `blocks.1.mlp.0.weight` -> `blocks.{layer}.mlp.0.weight`."""
+    are). The index is a number in a name that runs over 0..layers-1 (or 1..layers) where the
+    rest of the name stays the same: `blocks.1.mlp.0.weight`, `params.l1_wq`, `Wq.1`."""
     seen: dict[str, set[int]] = {}
-    candidates: dict[str, list[tuple[str, int]]] = {}
+    found: dict[str, list[tuple[str, int]]] = {}
     for name in names:
-        parts = name.split(".")
-        for i, part in enumerate(parts):
-            match = re.fullmatch(r"(\D*)(\d+)", part)
-            if match:
-                pattern = ".".join([*parts[:i], match.group(1) + "{layer}", *parts[i + 1 :]])
-                seen.setdefault(pattern, set()).add(int(match.group(2)))
-                candidates.setdefault(name, []).append((pattern, int(match.group(2))))
-    full = set(range(layers))
+        for match in re.finditer(r"(?<![0-9])[0-9]+(?![0-9])", name):
+            pattern = name[: match.start()] + "{layer}" + name[match.end() :]
+            seen.setdefault(pattern, set()).add(int(match.group()))
+            found.setdefault(name, []).append((pattern, int(match.group())))
     out = {}
     for name in names:
-        patterns = [p for p, _ in candidates.get(name, []) if seen[p] == full]
-        out[name] = patterns[0] if patterns else name
+        fits = [p for p, _ in found.get(name, []) if seen[p] in (set(range(layers)), _one(layers))]
+        out[name] = fits[0] if fits and layers > 1 else name
     return out
 
 
-def units_of(state_dict: dict[str, torch.Tensor], layers: int) -> tuple[list[Unit], list[Unit]]:
-    """The model's units in a layer (named with {layer}) and outside the layers."""
-    patterns = layer_pattern(list(state_dict), layers)
-    by_key: dict[str, Unit] = {}
-    for order, (name, tensor) in enumerate(state_dict.items()):
-        pattern = patterns[name]
-        if name != pattern.replace("{layer}", "0", 1) and "{layer}" in pattern:
-            continue  # another layer's copy of layer 0's tensor
-        key, role = _split_role(pattern)
-        unit = by_key.setdefault(key, Unit(key, order=order, words=words(key)))
-        slot = (pattern, tuple(tensor.shape))
-        if role == "bias" or (role is None and unit.weight is not None and tensor.dim() == 1):
-            unit.bias = slot
-        elif unit.weight is None:
-            unit.weight = slot
-        else:
-            unit.bias = slot
-    found = list(by_key.values())
-    return [u for u in found if "{layer}" in u.key], [u for u in found if "{layer}" not in u.key]
+def _one(layers: int) -> set[int]:
+    return set(range(1, layers + 1))
+
+
+def layer_index(pattern: str, name: str) -> int | None:
+    """The layer `name` is in, by its pattern (counted from 0, whichever way the name counts)."""
+    if "{layer}" not in pattern:
+        return None
+    head, tail = pattern.split("{layer}", 1)
+    return int(name[len(head) : len(name) - len(tail)])
+
+
+# How the forward uses each parameter -------------------------------------------------------------
+
+
+def units_from(trace: Trace, state: dict[str, torch.Tensor], config: BertConfig) -> list[Unit]:
+    """The model's units, as its traced forward uses its parameters; parameters it never uses,
+    paired by their names."""
+    units: dict[str, Unit] = {}
+    taken: set[str] = set()
+
+    def add(unit: Unit) -> None:
+        if unit.weight in taken or (unit.bias and unit.bias in taken):
+            return
+        units[unit.weight] = unit
+        taken.update(unit.names)
+
+    for call in trace.calls:  # tables first: a tied decoder is the word embeddings' table
+        for unit in _lookups(call, trace, state):
+            add(unit)
+    for call in trace.calls:
+        for unit in _linears(call, trace, state, config) + _norms(call, trace, state):
+            add(unit)
+    unused = [n for n in state if n not in taken]
+    for unit in by_names(unused, state):
+        add(unit)
+    return sorted(units.values(), key=lambda u: u.order)
+
+
+def _param(trace: Trace, value) -> tuple[str, int] | None:
+    """(the parameter a tensor is, flips of its two last dims on the way) for a tensor made of
+    one parameter by views alone; None for any other."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    origin = trace.origin(value)
+    if origin is None or len(origin.params) != 1:
+        return None
+    flips = 0
+    for name, args in origin.steps:
+        if _flips(name, args):
+            flips += 1
+        elif name not in VIEWS:
+            return None
+    return origin.params[0], flips
+
+
+def _flips(name: str, args: tuple) -> bool:
+    """Does a view exchange a matrix's rows and columns (`W.T`, `W.transpose(0, 1)`)?"""
+    if name in ("transpose", "swapaxes"):
+        return _swaps_last_two(args)
+    return name in FLIPS or (name == "permute" and args in (((1, 0),), (1, 0)))
+
+
+def _swaps_last_two(args: tuple) -> bool:
+    dims = [a for a in args if isinstance(a, int)]
+    return sorted(d % 2 for d in dims) == [0, 1] and len(dims) == 2
+
+
+def _arg(call, index: int, name: str):
+    if len(call.args) > index:
+        return call.args[index]
+    return call.kwargs.get(name)
+
+
+def _linears(call, trace: Trace, state: dict, config: BertConfig) -> list[Unit]:
+    """The projections a call computes: F.linear(x, W, b), x @ W, W @ x, addmm(b, x, W),
+    einsum, and nn.MultiheadAttention's two (query, key and value fused; the output)."""
+    found = []  # (weight, bias, stored (in, out) when not flipped, fused, the input)
+    args = call.args
+    if call.name == "linear":
+        found.append((_arg(call, 1, "weight"), _arg(call, 2, "bias"), False, 1, args[0]))
+    elif call.name in ("matmul", "mm", "bmm", "__matmul__") and len(args) == 2:
+        if _param(trace, args[1]) and not _param(trace, args[0]):
+            found.append((args[1], _bias_after(call, trace), True, 1, args[0]))
+        elif _param(trace, args[0]) and not _param(trace, args[1]):
+            found.append((args[0], _bias_after(call, trace), False, 1, args[1]))
+    elif call.name == "addmm" and len(args) >= 3:
+        found.append((args[2], args[0], True, 1, args[1]))
+    elif call.name == "einsum":
+        found += _einsum(call, trace)
+    elif call.name == "multi_head_attention_forward":
+        found.append((args[5], args[6], False, 3, args[0]))
+        found.append((args[11], args[12], False, 1, args[0]))
+    units = []
+    for weight, bias, stored_in_out, fused, x in found:
+        w, b = _param(trace, weight), _param(trace, bias)
+        if w is None or state[w[0]].dim() != 2:
+            continue
+        bias_name = b[0] if b and state[b[0]].dim() == 1 else None
+        transposed = stored_in_out != bool(w[1] % 2)
+        out_features = state[w[0]].shape[1 if transposed else 0]
+        if fused == 1 and out_features == 3 * config.hidden_size:
+            fused = 3
+        units.append(
+            Unit(
+                w[0],
+                tuple(state[w[0]].shape),
+                bias_name,
+                "linear",
+                transposed,
+                call.index,
+                per_token=_per_token(x, trace),
+                fused=fused,
+            )
+        )
+    return units
+
+
+def _einsum(call, trace: Trace) -> list:
+    """An einsum of the input with one parameter: stored (in, out) where the parameter's first
+    index is the one summed over."""
+    equation, operands = call.args[0], call.args[1:]
+    if len(operands) == 1 and isinstance(operands[0], list | tuple):
+        operands = tuple(operands[0])
+    if not isinstance(equation, str) or "->" not in equation or len(operands) != 2:
+        return []
+    inputs, output = equation.replace(" ", "").split("->")
+    subscripts = inputs.split(",")
+    for i in (0, 1):
+        weight, x = operands[i], operands[1 - i]
+        if _param(trace, weight) and not _param(trace, x) and len(subscripts[i]) == 2:
+            first, second = subscripts[i]
+            if first not in output and second in output:
+                return [(weight, _bias_after(call, trace), True, 1, x)]
+            if second not in output and first in output:
+                return [(weight, _bias_after(call, trace), False, 1, x)]
+    return []
+
+
+ADDS = ("add", "__add__", "__radd__", "add_", "__iadd__")
+
+
+def _bias_after(call, trace: Trace, hops: int = 3):
+    """The vector a projection's next calls add to it (`x @ W + b`, or `x + h @ W + b`, which
+    adds the residual first), if it is a parameter."""
+    current = call
+    for _ in range(hops):
+        following = next(trace.consumers(current), None)
+        if following is None or following.name not in ADDS:
+            return None
+        for value in following.args[:2]:
+            if _param(trace, value) and value.dim() == 1:
+                return value
+        if following.params:
+            return None
+        current = following
+    return None
+
+
+def _per_token(x, trace: Trace) -> bool:
+    """Is a projection's input every token's (B, T, H) or (N, H), rather than one vector per
+    sequence (B, H)?"""
+    if not isinstance(x, torch.Tensor):
+        return True
+    batch = next(iter(trace.inputs.values())).shape[0]
+    return x.dim() != 2 or x.shape[0] != batch
+
+
+def _norms(call, trace: Trace, state: dict) -> list[Unit]:
+    """LayerNorms: F.layer_norm(x, shape, gamma, beta), or by hand: gamma times the normalised
+    input, then beta added (through division, say, but no other parameter)."""
+    if call.name in NORM_CALLS:
+        g, b = _param(trace, _arg(call, 2, "weight")), _param(trace, _arg(call, 3, "bias"))
+        if g is None:
+            return []
+        return [Unit(g[0], tuple(state[g[0]].shape), b[0] if b else None, "norm", order=call.index)]
+    if call.name not in ("mul", "__mul__", "__rmul__", "mul_", "addcmul"):
+        return []
+    vectors = [_param(trace, a) for a in call.args[:3] if isinstance(a, torch.Tensor)]
+    vectors = [v for v in vectors if v and state[v[0]].dim() == 1]
+    if call.name == "addcmul" and len(vectors) == 2:  # addcmul(beta, gamma, x)
+        beta, gamma = vectors
+        return [Unit(gamma[0], tuple(state[gamma[0]].shape), beta[0], "norm", order=call.index)]
+    if len(vectors) != 1:
+        return []
+    beta = _added_after(call, trace)
+    gamma = vectors[0][0]
+    if beta is None:
+        return []
+    return [Unit(gamma, tuple(state[gamma].shape), beta, "norm", order=call.index)]
+
+
+def _added_after(call, trace: Trace, hops: int = 3) -> str | None:
+    """The vector parameter added to what `call` made, within a few calls that read no other
+    parameter (`g * (x - mean) / (std + eps) + b`)."""
+    current = call
+    for _ in range(hops):
+        following = next(trace.consumers(current), None)
+        if following is None:
+            return None
+        params = [_param(trace, a) for a in following.args[:2]]
+        params = [p for p in params if p]
+        if following.name in ADDS and len(params) == 1:
+            return params[0][0]
+        if params:
+            return None
+        current = following
+    return None
+
+
+def _lookups(call, trace: Trace, state: dict) -> list[Unit]:
+    """Embedding tables: F.embedding(ids, W), W[ids], W.index_select(0, ids); and a table read
+    without the inputs (positions: W[:T], W(arange)), where what it gave is added."""
+    units = []
+    if call.name in LOOKUP_CALLS:
+        table, index = (
+            (_arg(call, 1, "weight"), call.args[0])
+            if call.name == "embedding"
+            else (
+                call.args[0],
+                call.args[-1],
+            )
+        )
+        found = _param(trace, table)
+        if found and _is_table(state[found[0]]):
+            sources = trace.sources(index) if isinstance(index, torch.Tensor) else frozenset()
+            units.append(_embedding(found[0], state, call.index, sources))
+    for value in call.args[:2]:
+        origin = trace.origin(value) if isinstance(value, torch.Tensor) else None
+        if origin and len(origin.params) == 1 and _is_table(state[origin.params[0]]):
+            steps = [s for s, _ in origin.steps]
+            if any(s in LOOKUP_CALLS for s in steps):
+                units.append(_embedding(origin.params[0], state, call.index, frozenset()))
+    return units
+
+
+def _is_table(t: torch.Tensor) -> bool:
+    """(n, h), or (1, n, h): a table kept with a leading 1, to broadcast over the batch."""
+    return t.dim() == 2 or (t.dim() == 3 and t.shape[0] == 1)
+
+
+def _embedding(name: str, state: dict, order: int, sources: frozenset[str]) -> Unit:
+    return Unit(name, tuple(state[name].shape), kind="embedding", order=order, lookup=sources)
+
+
+def by_names(names: list[str], state: dict) -> list[Unit]:
+    """Units of tensors the forward never used, paired by their names: `ln1.weight` with
+    `ln1.bias`, `W_q` with `b_q`."""
+    keyed: dict[str, list[str]] = {}
+    for name in names:
+        keyed.setdefault(_split_role(name)[0], []).append(name)
+    units = []
+    for group in keyed.values():
+        weights = [n for n in group if _split_role(n)[1] != "bias"]
+        biases = [n for n in group if _split_role(n)[1] == "bias"]
+        for weight in weights:
+            bias = biases.pop(0) if biases and state[weight].dim() <= 2 else None
+            kind = "embedding" if bias is None and state[weight].dim() == 2 else "other"
+            kind = "norm" if state[weight].dim() == 1 and bias else kind
+            kind = "linear" if state[weight].dim() == 2 and bias else kind
+            units.append(Unit(weight, tuple(state[weight].shape), bias, kind))
+        units += [Unit(b, tuple(state[b].shape), None, "other") for b in biases]
+    return units
 
 
 def _split_role(name: str) -> tuple[str, str | None]:
@@ -185,238 +445,281 @@ def _split_role(name: str) -> tuple[str, str | None]:
     return name, None
 
 
-# Candidates -----------------------------------------------------------------------------------
+# The likeliest assignment, and its alternatives --------------------------------------------------
 
 
-def _shape_of(unit: Unit) -> tuple:
-    return unit.weight[1] if unit.weight else ()
+@dataclass
+class Model:
+    """The user's model as infer sees it: its units in a layer (layer 0's) and outside."""
+
+    layer: list[Unit]
+    outside: list[Unit]
+    patterns: dict[str, str]  # every tensor's name -> its name with {layer}
+    tied: dict[str, str]  # a second name of a parameter -> its first
+    config: BertConfig
 
 
-def _linear_fits(unit: Unit, out: int, inp: int) -> list[bool]:
-    """How a unit can be a Linear(inp -> out): [False] stored (out, in), [True] (in, out)."""
-    if not unit.weight or len(unit.weight[1]) != 2:
+def _logical(unit: Unit, transposed: bool | None) -> tuple[int, ...]:
+    """A projection's (out, in), however it is stored."""
+    return tuple(reversed(unit.shape)) if transposed else unit.shape
+
+
+def _fits(unit: Unit, out: int, inp: int) -> list[bool]:
+    """How a unit can be a projection inp -> out: stored (out, in) [False] or (in, out) [True],
+    as its use showed, or either where its use did not show it."""
+    if unit.kind not in ("linear", "other") or len(unit.shape) != 2:
         return []
-    if unit.bias is not None and unit.bias[1] != (out,):
-        return []
-    fits = []
-    if unit.weight[1] == (out, inp):
-        fits.append(False)
-    if unit.weight[1] == (inp, out):
-        fits.append(True)
-    return fits
+    options = [unit.transposed] if unit.transposed is not None else [False, True]
+    return [t for t in dict.fromkeys(options) if _logical(unit, t) == (out, inp)]
 
 
 def _is_norm(unit: Unit, h: int) -> bool:
-    return (
-        unit.weight is not None
-        and unit.weight[1] == (h,)
-        and unit.bias is not None
-        and unit.bias[1] == (h,)
-    )
+    return unit.kind in ("norm", "other") and unit.shape == (h,) and unit.bias is not None
 
 
-def _hint(unit: Unit, name: str, table: dict) -> int:
-    return len(unit.words & table[name][1])
+def _hint(unit: Unit, role: str) -> int:
+    return len(words(unit.weight) & ROLES[role][2])
 
 
-def layer_choices(units: list[Unit], config: BertConfig) -> Iterator[Choice]:
-    """Every way the units of a layer can be BERT's, the likeliest first."""
-    h, i = config.hidden_size, config.intermediate_size
+def layer_choices(model: Model) -> Iterator[Assignment]:
+    """Every way a layer's units can be BERT's, the likeliest first: the query, key and value
+    (or a fused unit) the first square projections the forward uses, then the attention's
+    output, the first LayerNorm, the feed-forward, the second."""
+    h, i = model.config.hidden_size, model.config.intermediate_size
+    units = model.layer
     norms = [u for u in units if _is_norm(u, h)]
-    square = [u for u in units if _linear_fits(u, h, h)]
-    fused = [u for u in units if _linear_fits(u, 3 * h, h)]
-    ffn_in = [u for u in units if _linear_fits(u, i, h)]
-    ffn_out = [u for u in units if _linear_fits(u, h, i)]
+    square = [u for u in units if _fits(u, h, h)]
+    fused = [u for u in units if _fits(u, 3 * h, h)]
+    ffn_in = [(u, t) for u in units for t in _fits(u, i, h)]
+    ffn_out = [(u, t) for u in units for t in _fits(u, h, i)]
     options = []
-    for inter, out in itertools.product(ffn_in, ffn_out):
+    for (inter, ti), (out, to) in itertools.product(ffn_in, ffn_out):
         if inter is out:
             continue
         for ln1, ln2 in itertools.permutations(norms, 2):
             base = {"intermediate": inter, "output": out, "attention norm": ln1, "output norm": ln2}
-            options += _attention_choices(base, square, fused)
-    convention = _convention(units, config)
-    ranked = sorted(options, key=lambda c: -_score(c, LAYER_UNITS, convention))
+            flips = {"intermediate": ti, "output": to}
+            options += _attention_choices(base, flips, square, fused)
+    ranked = sorted(options, key=lambda a: -_score(a, LAYER))
     for choice in ranked:
         yield from _swaps(choice, ("attention norm", "output norm"))
 
 
-def _attention_choices(base: dict, square: list[Unit], fused: list[Unit]) -> list[Choice]:
-    """The query, key, value and attention output: four square units, or a fused one and one
-    square unit (the output), in every order."""
+def _attention_choices(base: dict, flips: dict, square: list[Unit], fused: list[Unit]) -> list:
     roles = ("query", "key", "value", "attention output")
     taken = set(map(id, base.values()))
     free = [u for u in square if id(u) not in taken]
+    h = base["output norm"].shape[0]
     out = []
     for perm in itertools.permutations(free, 4):
         units = base | dict(zip(roles, perm, strict=True))
-        for transposed in _transpositions(units, roles):
-            out.append(Choice(units, transposed))
+        for stored in itertools.product(*(_fits(u, h, h) for u in perm)):
+            out.append(Assignment(units, flips | dict(zip(roles, stored, strict=True))))
     for qkv in fused:
         for order in itertools.permutations(roles[:3]):
             for o in free:
                 units = base | {"query": qkv, "key": qkv, "value": qkv, "attention output": o}
-                for transposed in _transpositions(units, ("query", "attention output")):
-                    transposed |= {"key": transposed["query"], "value": transposed["query"]}
-                    out.append(Choice(units, transposed, fused=order))
+                for tq, to in itertools.product(_fits(qkv, 3 * h, h), _fits(o, h, h)):
+                    stored = {"query": tq, "key": tq, "value": tq, "attention output": to}
+                    out.append(Assignment(units, flips | stored, fused=order))
     return out
 
 
-def _transpositions(units: dict[str, Unit], square: tuple[str, ...]) -> Iterator[dict[str, bool]]:
-    """The ways the units' weights can be stored: non-square ones as their shapes say, square
-    ones either way."""
-    fixed, free = {}, []
-    for name, unit in units.items():
-        if name in NORMS:
-            continue
-        shape = _shape_of(unit)
-        if name in square and shape[0] == shape[1]:
-            free.append(name)
-        else:
-            fixed[name] = _stored_transposed(name, unit)
-    for flips in itertools.product((False, True), repeat=len(free)):
-        yield fixed | dict(zip(free, flips, strict=True))
-
-
-def _stored_transposed(name: str, unit: Unit) -> bool:
-    shape = _shape_of(unit)
-    if name in ("query", "key", "value"):  # a fused unit: (3h, h) as stored by Linear
-        return shape[0] < shape[1]
-    if name == "intermediate":
-        return shape[0] < shape[1]
-    return shape[0] > shape[1]  # the output, from the intermediate size back to hidden
-
-
-def _convention(units: list[Unit], config: BertConfig) -> bool:
-    """Does the model store its weights (in, out)? As its intermediate layer's shape says."""
-    h, i = config.hidden_size, config.intermediate_size
-    for unit in units:
-        if unit.bias is not None and unit.bias[1] == (i,) and unit.weight:
-            return unit.weight[1] == (h, i)
-    return False
-
-
-def _score(choice: Choice, hints: dict, convention: bool | None = None) -> float:
-    """How well names, registration order and the storage convention agree with a choice."""
-    score = sum(_hint(u, name, hints) for name, u in choice.units.items() if name in hints)
-    if choice.fused:
-        score += 1 if choice.fused == ("query", "key", "value") else 0
-    order = [choice.units[n].order for n in hints if n in choice.units]
-    if not choice.fused:
-        score += 0.5 * sum(a < b for a, b in itertools.pairwise(order))
-    if convention is not None:
-        score += 0.25 * sum(t == convention for t in choice.transposed.values())
+def _score(choice: Assignment, roles: tuple[str, ...]) -> float:
+    """How well the order of use, name hints and storage agree with an assignment: BERT's
+    order of computation first, names second."""
+    score = 0.0
+    seen = [choice.units[r] for r in roles if r in choice.units]
+    distinct = list({id(u): u for u in seen}.values())
+    score += 4 * sum(a.order < b.order for a, b in itertools.pairwise(distinct))
+    score += sum(_hint(u, r) for r, u in choice.units.items() if r in roles)
+    if choice.fused != ("query", "key", "value"):
+        score -= 1
+    score += 2 * sum(choice.units[r].transposed is not None for r in choice.transposed)
     return score
 
 
-def _swaps(choice: Choice, norms: tuple[str, ...]) -> Iterator[Choice]:
-    """The choice, then with the gamma and beta of norms named ambiguously swapped."""
+def _swaps(choice: Assignment, norms: tuple[str, ...]) -> Iterator[Assignment]:
+    """The choice, then with the gamma and beta of norms whose roles their use did not show
+    (and their names do not say) swapped."""
     yield choice
-    unclear = [n for n in norms if n in choice.units and not _roles_named(choice.units[n])]
+    unclear = [n for n in norms if n in choice.units and not _roles_known(choice.units[n])]
     for n in range(1, len(unclear) + 1):
         for swapped in itertools.combinations(unclear, n):
-            yield Choice(choice.units, choice.transposed, choice.fused, frozenset(swapped))
+            yield replace(choice, swapped=frozenset(swapped))
 
 
-def _roles_named(unit: Unit) -> bool:
-    return _split_role(unit.weight[0])[1] == "weight" and _split_role(unit.bias[0])[1] == "bias"
+def _roles_known(unit: Unit) -> bool:
+    if unit.kind == "norm":
+        return True
+    return _split_role(unit.weight)[1] == "weight" and _split_role(unit.bias)[1] == "bias"
 
 
-def global_choices(units: list[Unit], config: BertConfig) -> Iterator[Choice]:
-    """Every way the units outside the layers can be BERT's embeddings (and pooler), the
-    likeliest first; without a pooler where the model has none."""
-    h = config.hidden_size
+def global_choices(model: Model) -> Iterator[Assignment]:
+    """Every way the units outside the layers can be the embeddings, the likeliest first."""
+    c, h = model.config, model.config.hidden_size
     sizes = {
-        "word embeddings": config.vocab_size,
-        "position embeddings": config.max_position_embeddings,
-        "token type embeddings": config.type_vocab_size,
+        "word embeddings": c.vocab_size,
+        "position embeddings": c.max_position_embeddings,
+        "token type embeddings": c.type_vocab_size,
     }
     tables = {
-        n: [u for u in units if u.bias is None and _shape_of(u) == (s, h)] for n, s in sizes.items()
+        n: [u for u in model.outside if u.bias is None and u.shape in ((s, h), (1, s, h))]
+        for n, s in sizes.items()
     }
-    norms = [u for u in units if _is_norm(u, h)]
-    poolers = [u for u in units if _linear_fits(u, h, h)] or [None]
+    norms = [u for u in model.outside if _is_norm(u, h)]
     options = []
     for embeddings in itertools.product(*tables.values()):
         if len(set(map(id, embeddings))) < 3:
             continue
-        for norm, pooler in itertools.product(norms, poolers):
+        for norm in norms:
             chosen = dict(zip(EMBEDDINGS, embeddings, strict=True)) | {"embeddings norm": norm}
-            if pooler is None:
-                options.append(Choice(chosen, {}))
-                continue
-            for flip in _linear_fits(pooler, h, h):
-                options.append(Choice(chosen | {"pooler": pooler}, {"pooler": flip}))
-    for choice in sorted(options, key=lambda c: -_score(c, GLOBAL_UNITS)):
+            options.append(Assignment(chosen))
+    ranked = sorted(options, key=lambda a: -_embedding_score(a))
+    for choice in ranked:
         yield from _swaps(choice, ("embeddings norm",))
 
 
-# From a choice to a table --------------------------------------------------------------------
+def _embedding_score(choice: Assignment) -> float:
+    """Embeddings read as BERT's are: the words by the ids, the types by the token types; the
+    LayerNorm the first outside the layers."""
+    units = choice.units
+    score = 2 * ("input_ids" in units["word embeddings"].lookup)
+    score += 2 * ("token_type_ids" in units["token type embeddings"].lookup)
+    score += 2 * (not units["position embeddings"].lookup & {"input_ids", "token_type_ids"})
+    score += sum(_hint(u, r) for r, u in units.items())
+    return score - units["embeddings norm"].order / (1 << 30)
 
 
-def rows(layer: Choice, outside: Choice) -> dict[str, dict[str, object]]:
-    """The table's sections ([encoder], [groups.pooler]): the user's name -> its row's value."""
-    encoder, pooler = {}, {}
-    for choice, units in ((outside, GLOBAL_UNITS), (layer, LAYER_UNITS)):
-        fused_done = False
-        for name, (prefix, _) in units.items():
-            if name not in choice.units:
-                continue
-            unit = choice.units[name]
-            target = pooler if name == "pooler" else encoder
-            if choice.fused and name in choice.fused:
-                if not fused_done:
-                    target.update(_fused_rows(unit, choice, units))
-                    fused_done = True
-                continue
-            target.update(
-                _unit_rows(unit, prefix, name in choice.swapped, choice.transposed.get(name))
-            )
-    return {ENCODER: encoder, "pooler": pooler}
+def pooler_choices(model: Model, taken: set[int]) -> list[Assignment]:
+    """The pooler: a square projection outside the layers, best one applied once per sequence;
+    or none."""
+    h = model.config.hidden_size
+    found = [
+        Assignment({"pooler": u}, {"pooler": t})
+        for u in model.outside
+        if id(u) not in taken
+        for t in _fits(u, h, h)
+    ]
+    found.sort(key=lambda a: (a.units["pooler"].per_token, -_hint(a.units["pooler"], "pooler")))
+    return found
 
 
-def _unit_rows(unit: Unit, prefix: str, swapped: bool, transposed: bool | None) -> dict:
-    out = {}
-    if unit.bias is None:  # an embedding
-        out[unit.weight[0]] = f"{prefix}.weight"
-        return out
-    weight, bias = (unit.bias, unit.weight) if swapped else (unit.weight, unit.bias)
-    out[weight[0]] = {"transpose": f"{prefix}.weight"} if transposed else f"{prefix}.weight"
-    out[bias[0]] = f"{prefix}.bias"
-    return dict(sorted(out.items(), key=lambda kv: kv[0] != unit.weight[0]))
+def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
+    """The heads the units left outside the layers make (each the likeliest way), most first:
+    a masked-LM head (a square projection per token, a LayerNorm, the decoder tied to the word
+    embeddings and its bias), next sentence prediction, a classifier, question answering."""
+    c, h = model.config, model.config.hidden_size
+    free = [u for u in model.outside if id(u) not in taken]
+    units: dict[str, Unit] = {}
+    flips: dict[str, bool] = {}
+
+    def pick(role, candidates, per_token):
+        for unit, t in candidates:
+            if id(unit) not in map(id, units.values()) and unit.per_token == per_token:
+                units[role], flips[role] = unit, t
+                return
+
+    pick("mlm transform", [(u, t) for u in free for t in _fits(u, h, h)], True)
+    norms = [u for u in free if _is_norm(u, h)]
+    if "mlm transform" in units and norms:
+        units["mlm norm"] = norms[0]
+    biases = [u for u in free if u.shape == (c.vocab_size,)]
+    decoders = [u for u in free if u.shape == (c.vocab_size, h) and u is not word]
+    if "mlm norm" in units and (biases or any(d.bias for d in decoders)):
+        decoder = decoders[0] if decoders else None
+        units["mlm bias"] = (
+            Unit(decoder.bias, (c.vocab_size,)) if decoder and decoder.bias else biases[0]
+        )
+        if decoder is not None:
+            model.tied.setdefault(decoder.weight, word.weight)
+    else:
+        units.pop("mlm transform", None), units.pop("mlm norm", None)
+    pick("nsp", [(u, t) for u in free for t in _fits(u, 2, h)], False)
+    pick("classifier", [(u, t) for u in free for t in _fits(u, c.num_labels, h)], False)
+    pick("token classifier", [(u, t) for u in free for t in _fits(u, c.num_labels, h)], True)
+    pick("qa", [(u, t) for u in free for t in _fits(u, 2, h)], True)
+    return [Assignment(units, flips)] if units else []
 
 
-def _fused_rows(unit: Unit, choice: Choice, units: dict) -> dict:
-    prefixes = [units[name][0] for name in choice.fused]
-    kind = "concat_transposed" if choice.transposed[choice.fused[0]] else "concat"
-    out = {unit.weight[0]: {kind: [f"{p}.weight" for p in prefixes]}}
-    if unit.bias is not None:
-        out[unit.bias[0]] = {"concat": [f"{p}.bias" for p in prefixes]}
+# From an assignment to a table ---------------------------------------------------------------
+
+
+def sections(choice: Assignment, model: Model) -> dict[str, dict[str, object]]:
+    """The table's sections: {group: {the user's name: its row's value}}."""
+    out: dict[str, dict[str, object]] = {}
+    fused_done = False
+    for role in (r for r in ROLES if r in choice.units):  # BERT's order
+        unit, (prefix, group, _) = choice.units[role], ROLES[role]
+        target = out.setdefault(group, {})
+        if role in SINGLE:
+            target[model.patterns[unit.weight]] = prefix
+        elif role in choice.fused and unit.fused == 3:
+            if not fused_done:
+                target.update(_fused_rows(unit, choice, model))
+                fused_done = True
+        else:
+            target.update(_unit_rows(unit, prefix, choice, role, model))
     return out
 
 
-def table_text(name: str, spec: str, sections: dict, generated: dict, pooler: bool) -> str:
+def _unit_rows(unit: Unit, prefix: str, choice: Assignment, role: str, model: Model) -> dict:
+    name = model.patterns
+    if unit.bias is None:  # an embedding, maybe kept as (1, n, h)
+        official = f"{prefix}.weight"
+        return {name[unit.weight]: {"unsqueeze": official} if len(unit.shape) == 3 else official}
+    weight, bias = (unit.bias, unit.weight) if role in choice.swapped else (unit.weight, unit.bias)
+    transposed = choice.transposed.get(role)
+    rows = {
+        name[weight]: {"transpose": f"{prefix}.weight"} if transposed else f"{prefix}.weight",
+        name[bias]: f"{prefix}.bias",
+    }
+    return dict(sorted(rows.items(), key=lambda kv: kv[0] != name[unit.weight]))
+
+
+def _fused_rows(unit: Unit, choice: Assignment, model: Model) -> dict:
+    prefixes = [ROLES[role][0] for role in choice.fused]
+    kind = "concat_transposed" if choice.transposed[choice.fused[0]] else "concat"
+    out = {model.patterns[unit.weight]: {kind: [f"{p}.weight" for p in prefixes]}}
+    if unit.bias is not None:
+        out[model.patterns[unit.bias]] = {"concat": [f"{p}.bias" for p in prefixes]}
+    return out
+
+
+def raw_table(name: str, rows: dict, model: Model, generated: dict) -> dict:
+    raw = {"name": name, "description": "inferred", ENCODER: rows.get(ENCODER, {})}
+    groups = {g: r for g, r in rows.items() if g != ENCODER and r}
+    if groups:
+        raw["groups"] = groups
+    if model.tied:
+        raw["tied"] = {model.patterns[k]: model.patterns[v] for k, v in model.tied.items()}
+    if generated:
+        raw["generated"] = generated
+    return raw
+
+
+def table_text(raw: dict, spec: str, notes: list[str]) -> str:
     """The table as a file, in the shipped tables' style."""
     lines = [
         f"# The names of {spec}, as `bertconv infer` found them: every row settled by running",
-        "# the model against transformers' BertModel, layer by layer.",
+        "# the model against transformers' BERT, output by output.",
+        *[f"# {note}" for note in notes],
         "",
-        f"name = {_toml(name)}",
+        f"name = {_toml(raw['name'])}",
         f"description = {_toml(f'{spec}, inferred by bertconv infer')}",
     ]
-    if pooler:
+    if "pooler" in raw.get("groups", {}):
         lines += [
             "",
             "# Its class builds the pooler: a file without one cannot load into it.",
             'requires = ["pooler"]',
         ]
-    for title, section in (
-        (f"[{ENCODER}]", sections[ENCODER]),
-        ("[groups.pooler]", sections["pooler"]),
-    ):
+    blocks = [(f"[{ENCODER}]", raw[ENCODER])]
+    blocks += [(f"[groups.{g}]", rows) for g, rows in raw.get("groups", {}).items()]
+    blocks += [("[tied]", raw.get("tied", {})), ("[generated]", raw.get("generated", {}))]
+    for title, section in blocks:
         if section:
             lines += ["", title] + [f"{_toml(k)} = {_toml(v)}" for k, v in section.items()]
-    if generated:
-        lines += ["", "[generated]"] + [f"{_toml(k)} = {_toml(v)}" for k, v in generated.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -434,208 +737,330 @@ def _toml(value) -> str:
 
 
 class Probe:
-    """The user's model and transformers' BertModel on the probe config, the same random weights
-    (every LayerNorm and bias random too, so that none can be mistaken for another), and the
-    batch both read."""
+    """The user's model and transformers' BERT (the class its heads make) on the probe config,
+    the same random weights (every LayerNorm and bias random too, so that none can be mistaken
+    for another), and the batch both read."""
 
-    def __init__(self, factory, spec: str, config: BertConfig):
-        import transformers
+    def __init__(self, harness: usermodel.Harness, config: BertConfig, groups: frozenset[str]):
+        from .verify import HEAD_OUTPUTS, _outputs, random_batch
 
-        from .verify import random_batch
+        self.harness, self.config, self.groups = harness, config, groups
+        self.model_class = class_for(set(groups))
+        self.heads = HEAD_OUTPUTS[self.model_class]
+        reference = _reference(config, self.model_class, "pooler" in groups)
+        self.official = _official(reference, config)
+        self.batch = harness.prepare(random_batch(config))
+        self.expected = _outputs(reference, self.batch, self.heads)
+        self.trials = 0
 
-        self.spec, self.config = spec, config
-        self.model = usermodel.build(factory, spec, usermodel.config_object({}, config))
-        self.names = usermodel.arguments(self.model, spec)
-        torch.manual_seed(0)
-        reference = transformers.BertModel(transformers.BertConfig(**vars(config))).eval()
-        with torch.no_grad():
-            for name, p in reference.named_parameters():
-                if name.endswith("bias") or "LayerNorm" in name:
-                    p.copy_(torch.randn_like(p) * 0.5 + (1.0 if name.endswith("weight") else 0.0))
-        self.official = {n: storage.from_torch(t) for n, t in reference.state_dict().items()}
-        self.batch = random_batch(config)
-        if "token_type_ids" not in self.names:
-            self.batch["token_type_ids"] = torch.zeros_like(self.batch["token_type_ids"])
-        self.expected = self._reference_outputs(reference)
-
-    def _reference_outputs(self, reference) -> dict[str, torch.Tensor]:
-        with torch.no_grad():
-            out = reference(**self.batch, output_hidden_states=True)
-        real = self.batch["attention_mask"].bool()
-        named = {"embeddings": out.hidden_states[0][real]}
-        named |= {f"layer {i}": h[real] for i, h in enumerate(out.hidden_states[1:], 1)}
-        named["pooler"] = out.pooler_output
-        return named
-
-    def run(self, table: Table, groups: frozenset[str]) -> dict[str, float] | None:
-        """How far the user's model, holding the random weights through `table`, is from
-        transformers' at each hidden state; None where the table's names do not fit it."""
+    def run(self, raw: dict) -> dict[str, float] | None:
+        """How far the user's model, holding the random weights through table `raw`, is from
+        transformers' at each compared output; None where the table does not fit it."""
         from .convert import write_layout
 
+        self.trials += 1
+        table = expand(raw, raw["name"], self.config)
+        groups = frozenset(raw.get("groups", {}))
         tensors = write_layout(self.official, self.config, table, groups)
         try:
-            self.model.load_state_dict({n: storage.to_torch(t) for n, t in tensors.items()})
-        except (RuntimeError, KeyError):
-            return None
-        anchors = usermodel.anchors(table, self.model, self.config.num_hidden_layers)
-        caught, hooks = {}, []
-        for label, module in anchors.items():
-            hooks.append(
-                module.register_forward_hook(
-                    lambda m, a, o, label=label: caught.setdefault(label, o)
-                )
+            self.harness.model.load_state_dict(
+                {n: storage.to_torch(t).clone() for n, t in tensors.items()}, strict=False
             )
-        try:
-            with torch.no_grad():
-                usermodel.call(self.model, self.names, self.batch)
+            run = self.harness.run(self.batch, guard=False)
         except Exception:  # a wrong candidate may break the user's forward in any way
             return None
-        finally:
-            for hook in hooks:
-                hook.remove()
-        return self._distances(caught)
-
-    def _distances(self, caught: dict) -> dict[str, float]:
-        mask = self.batch["attention_mask"]
-        out = {}
-        for label, expected in self.expected.items():
-            if label not in caught:
-                continue
-            try:
-                got = (
-                    torch.tanh(caught[label])
-                    if label == "pooler"
-                    else usermodel.hidden(caught[label], mask, label)
-                )
-                out[label] = (got.float() - expected).abs().max().item()
-            except (UsageError, RuntimeError):
-                out[label] = float("inf")
-        return out
+        found = usermodel.anchors(table, self.config.num_hidden_layers, set(groups))
+        try:
+            got = usermodel.outputs(run, found, self.heads)[0]
+        except UsageError:
+            return None
+        return {
+            label: (got[label].float() - expected).abs().max().item()
+            if label in got and got[label].shape == expected.shape
+            else float("inf")
+            for label, expected in self.expected.items()
+        }
 
 
-def _progress(distances: dict[str, float] | None) -> tuple[int, float]:
-    """How far a candidate got: the hidden states within tolerance, in order, and the error at
-    the first that is not (a larger first number, then a smaller second, is closer)."""
+def _reference(config: BertConfig, model_class: str, pooler: bool):
+    import transformers
+
+    torch.manual_seed(0)
+    cls = getattr(transformers, model_class)
+    reference_config = transformers.BertConfig(**vars(config))
+    extra = {"add_pooling_layer": pooler} if model_class == "BertModel" else {}
+    reference = cls(reference_config, **extra).eval()
+    with torch.no_grad():
+        for name, p in reference.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name:
+                p.copy_(torch.randn_like(p) * 0.5 + (1.0 if name.endswith("weight") else 0.0))
+    return reference
+
+
+def _official(reference, config: BertConfig) -> dict[str, storage.Tensor]:
+    """transformers' weights under the official names, read as bertconv reads a file."""
+    from .convert import read_official
+
+    state = {n: storage.from_torch(t) for n, t in reference.state_dict().items()}
+    table = layout(OFFICIAL, config)
+    return read_official(state, config, table, "the reference model").official
+
+
+def progress(distances: dict[str, float] | None) -> tuple[int, float]:
+    """How far a candidate got: the outputs within tolerance, in order, and the error at the
+    first that is not (more outputs, then a smaller error, is closer)."""
     if distances is None:
         return (-1, float("inf"))
-    order = ["embeddings", *(f"layer {i}" for i in range(1, len(distances) + 1)), "pooler"]
     done = 0
-    for label in order:
-        if label not in distances:
-            continue
-        if not distances[label] <= TOLERANCE:
-            return (done, distances[label])
+    for value in distances.values():
+        if not value <= TOLERANCE:
+            return (done, value)
         done += 1
     return (done, 0.0)
 
 
+def _part(label: str) -> str:
+    if label == "embeddings":
+        return "embeddings"
+    if label.startswith("layer "):
+        return "layers"
+    return "pooler" if label == "pooler" else "heads"
+
+
+def _failing_part(distances: dict[str, float] | None) -> str | None:
+    if distances is None:
+        return "embeddings"
+    for label, value in distances.items():
+        if not value <= TOLERANCE:
+            return _part(label)
+    return None
+
+
+# Infer ---------------------------------------------------------------------------------------
+
+
 def infer(spec: str, config_dict: dict | None = None) -> Inference:
     """The table of `spec`'s names (PKG.MODULE:NAME or path.py:NAME), found and checked."""
-    config = BertConfig.from_dict(config_dict, "--config") if config_dict else BertConfig(**PROBE)
-    probe = Probe(usermodel.import_factory(spec), spec, config)
-    state = probe.model.state_dict()
-    generated = generated_buffers(probe.model, state, config, spec)
-    tensors = {n: t for n, t in state.items() if n not in generated}
-    in_layers, outside = units_of(tensors, config.num_hidden_layers)
+    config = BertConfig.from_dict({**PROBE, **(config_dict or {})}, "--config")
+    factory = usermodel.import_factory(spec)
+    config_obj = usermodel.config_object(config_dict or {}, config)
+    model = usermodel.build(factory, spec, config_obj)
+    harness = usermodel.Harness(
+        model, spec, usermodel.plan(model, spec), config.pad_token_id, config.vocab_size
+    )
+    from .verify import random_batch
+
+    batch = harness.prepare(random_batch(config))
+    usermodel.materialise(model, harness, batch)
+    run = harness.run(batch)  # the model's own weights: how it uses them
+    state = model.state_dict()
+    generated = generated_buffers(model, state, config)
+    params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    tensors = {n: t for n, t in state.items() if n in params}
+    seen = _looked_at(model, tensors, config, spec)
+    user = _model(run.trace, tensors, config)
     name = spec.rpartition(":")[2]
-    best, trials = None, 0
-    for around in global_choices(outside, config):
-        for layer in layer_choices(in_layers, config):
-            sections = rows(layer, around)
-            if not _covers(sections, tensors, config.num_hidden_layers):
-                continue
-            raw = _raw_table(name, sections, generated)
-            from .mapping import expand
-
-            table = expand(raw, name, config)
-            groups = frozenset({"pooler"} if sections["pooler"] else set())
-            distances = probe.run(table, groups)
-            trials += 1
-            if best is None or _progress(distances) > _progress(best[1]):
-                best = (raw, distances, sections)
-            if _progress(distances)[1] == 0.0 and distances:
-                text = table_text(name, spec, sections, generated, bool(sections["pooler"]))
-                return Inference(text, distances, trials)
-            if trials >= MAX_TRIALS or not (distances or {}).get("embeddings", 1) <= TOLERANCE:
-                break  # the embeddings are wrong: no layer can mend them
-        if trials >= MAX_TRIALS:
-            break
-    return Inference(
-        None, best[1] or {} if best else {}, trials, _why(best, in_layers, outside, config)
-    )
+    return Search(user, harness, config, name, spec, generated, seen).run()
 
 
-def _covers(sections: dict, tensors: dict, layers: int) -> bool:
-    named = {
-        n.replace("{layer}", str(i)) for s in sections.values() for n in s for i in range(layers)
-    }
-    return named == set(tensors)
-
-
-def _raw_table(name: str, sections: dict, generated: dict) -> dict:
-    raw = {
-        "name": name,
-        "description": "inferred",
-        ENCODER: sections[ENCODER],
-        "generated": generated,
-    }
-    if sections["pooler"]:
-        raw["groups"] = {"pooler": sections["pooler"]}
-    return raw
-
-
-def _why(best, in_layers: list[Unit], outside: list[Unit], config: BertConfig) -> str:
-    if best is None:
-        return "no assignment of its tensors fits BERT's shapes: " + _inventory(
-            in_layers, outside, config
+def _looked_at(model: nn.Module, tensors: dict, config: BertConfig, spec: str) -> list[str]:
+    """Refuse a model whose layers are not one tensor per layer (all layers stacked)."""
+    stacked = [
+        n
+        for n, t in tensors.items()
+        if t.dim() == 3 and t.shape[0] == config.num_hidden_layers and "{layer}" not in n
+    ]
+    if stacked:
+        raise NotBertError(
+            f"{spec}: holds every layer's weights in one tensor ({', '.join(stacked[:4])}): a "
+            "table maps one tensor per layer; register a tensor per layer (an nn.ParameterList)"
         )
-    done, error = _progress(best[1])
-    labels = [
-        "embeddings",
-        *(f"layer {i}" for i in range(1, config.num_hidden_layers + 1)),
-        "pooler",
-    ]
-    where = [label for label in labels if label in (best[1] or {})]
-    at = where[done] if best[1] and done < len(where) else "the start"
-    return (
-        f"no assignment of its tensors makes it compute BERT: the closest matches "
-        f"{', '.join(where[:done]) or 'nothing'} and diverges at {at} (max abs {error:.3g} "
-        "against transformers' BertModel). Its tensors have BERT's shapes but it computes "
-        "something else there: a LayerNorm before each sublayer (pre-LN), another activation, "
-        "or another embedding?"
+    return list(tensors)
+
+
+def _model(trace: Trace, tensors: dict, config: BertConfig) -> Model:
+    """The user's units, those of layer 0 standing for every layer's."""
+    patterns = layer_pattern(list(tensors), config.num_hidden_layers)
+    # A parameter under two names (a tied decoder) is one unit: its second name a tied copy.
+    first: dict[int, str] = {}
+    tied = {}
+    for name, t in tensors.items():
+        key = id(t) if t.data_ptr() == 0 else (t.data_ptr(), t.shape, t.stride())
+        if key in first:
+            tied[name] = first[key]
+        else:
+            first[key] = name
+    distinct = {n: t for n, t in tensors.items() if n not in tied}
+    units = units_from(trace, distinct, config)
+    first = min(
+        (i for n, p in patterns.items() if (i := layer_index(p, n)) is not None), default=None
     )
+    layer, outside = [], []
+    for unit in units:
+        index = layer_index(patterns[unit.weight], unit.weight)
+        if index is None:
+            outside.append(unit)
+        elif index == first:
+            layer.append(unit)
+    return Model(layer, outside, patterns, tied, config)
 
 
-def _inventory(in_layers: list[Unit], outside: list[Unit], config: BertConfig) -> str:
-    """What BERT has that the model's tensors cannot be, part by part."""
-    h, i = config.hidden_size, config.intermediate_size
-    sizes = {
-        "word embeddings": config.vocab_size,
-        "position embeddings": config.max_position_embeddings,
-        "token type embeddings": config.type_vocab_size,
-    }
-    missing = [
-        f"the {name} (a ({size}, {h}) table)"
-        for name, size in sizes.items()
-        if not any(u.bias is None and _shape_of(u) == (size, h) for u in outside)
-    ]
-    if not any(_is_norm(u, h) for u in outside):
-        missing.append(f"the embeddings' LayerNorm (two ({h},) tensors)")
-    if sum(_is_norm(u, h) for u in in_layers) < 2:
-        missing.append(f"a layer's two LayerNorms (two ({h},) tensors each)")
-    if not any(_linear_fits(u, i, h) for u in in_layers):
-        missing.append(f"a layer's intermediate projection ({i}, {h}) with its bias")
-    square = sum(bool(_linear_fits(u, h, h)) for u in in_layers)
-    fused = any(_linear_fits(u, 3 * h, h) for u in in_layers)
-    if square < 4 and not (fused and square >= 1):
-        missing.append(f"a layer's query, key, value and output projections ({h}, {h})")
-    found = ", ".join(u.key for u in outside + in_layers)
-    return f"it has no tensor for {'; '.join(missing) or 'some part'}. Its tensors: {found}"
+class Search:
+    """The likeliest assignment, checked part by part; each part that differs mended by its
+    alternatives, in order."""
+
+    def __init__(self, user, harness, config, name, spec, generated, tensors):
+        self.user, self.config, self.name, self.spec = user, config, name, spec
+        self.generated, self.tensors = generated, tensors
+        self.harness = harness
+        self.best: tuple[dict | None, dict | None] = (None, None)
+
+    def run(self) -> Inference:
+        embeddings = list(global_choices(self.user))
+        layers = list(itertools.islice(layer_choices(self.user), MAX_TRIALS))
+        if not embeddings or not layers:
+            return Inference(None, {}, 0, self._inventory())
+        taken = {id(u) for a in (embeddings[0], layers[0]) for u in a.units.values()}
+        poolers = pooler_choices(self.user, taken) or [Assignment({})]
+        word = embeddings[0].units["word embeddings"]
+        heads = head_choices(self.user, taken | {id(u) for u in poolers[0].units.values()}, word)
+        parts = {
+            "embeddings": embeddings,
+            "layers": layers,
+            "pooler": poolers,
+            "heads": heads or [Assignment({})],
+        }
+        uncovered = self._uncovered({p: options[0] for p, options in parts.items()})
+        if uncovered:
+            return Inference(None, {}, 0, uncovered)
+        groups = self._groups(parts)
+        self.probe = Probe(self.harness, self.config, groups)
+        return self._search(parts)
+
+    def _groups(self, parts: dict) -> frozenset[str]:
+        chosen = {r for p in ("pooler", "heads") for r in parts[p][0].units}
+        return frozenset(ROLES[r][1] for r in chosen)
+
+    def _search(self, parts: dict) -> Inference:
+        """The likeliest choice of each part, then, at the first part whose outputs differ, its
+        alternatives until one agrees; on to the next part that differs."""
+        current = {p: options[0] for p, options in parts.items()}
+        distances = self._try(current)
+        mended = set()
+        while (part := _failing_part(distances)) is not None and part not in mended:
+            mended.add(part)
+            for option in parts[part][1:]:
+                if self.probe.trials >= MAX_TRIALS:
+                    break
+                trial = current | {part: option}
+                found = self._try(trial)
+                if _failing_part(found) != part and progress(found) > progress(distances):
+                    current, distances = trial, found
+                    break
+        if _failing_part(distances) is None:
+            raw = self._raw(current)
+            text = table_text(raw, self.spec, self._notes(current))
+            return Inference(text, distances, self.probe.trials)
+        return Inference(None, self.best[1] or {}, self.probe.trials, self._why())
+
+    def _try(self, chosen: dict) -> dict | None:
+        distances = self.probe.run(self._raw(chosen))
+        if progress(distances) > progress(self.best[1]):
+            self.best = (chosen, distances)
+        return distances
+
+    def _raw(self, chosen: dict) -> dict:
+        units = {r: u for a in chosen.values() for r, u in a.units.items()}
+        merged = Assignment(
+            units,
+            {r: t for a in chosen.values() for r, t in a.transposed.items()},
+            frozenset().union(*(a.swapped for a in chosen.values())),
+            chosen["layers"].fused,
+        )
+        return raw_table(self.name, sections(merged, self.user), self.user, self.generated)
+
+    def _uncovered(self, chosen: dict) -> str | None:
+        """Why no table can hold the model: tensors no part of BERT fits."""
+        raw = self._raw(chosen)
+        rows = [n for part in (raw[ENCODER], *raw.get("groups", {}).values()) for n in part]
+        named = {
+            n.replace("{layer}", str(i))
+            for n in rows + list(raw.get("tied", {}))
+            for i in range(self.config.num_hidden_layers)
+        }
+        left = [n for n in self.tensors if n not in named]
+        if not left:
+            return None
+        return (
+            "no part of BERT fits its tensors "
+            f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}: BERT's encoder, pooler "
+            "and heads have no such tensor (another architecture, or a part BERT lacks)"
+        )
+
+    def _notes(self, chosen: dict) -> list[str]:
+        unused = [
+            u.weight
+            for a in chosen.values()
+            for u in a.units.values()
+            if u.order == 1 << 30 and u.kind != "embedding"
+        ]
+        if not unused:
+            return []
+        return [f"Never used by its forward (placed by name and shape only): {', '.join(unused)}"]
+
+    def _why(self) -> str:
+        chosen, distances = self.best
+        if distances is None:
+            return (
+                "no assignment of its tensors makes it compute BERT: with each, its forward "
+                "fails or its outputs have other shapes than BERT's"
+            )
+        done, error = progress(distances)
+        labels = list(distances)
+        at = labels[done] if done < len(labels) else "the end"
+        return (
+            f"no assignment of its tensors makes it compute BERT: the closest matches "
+            f"{', '.join(labels[:done]) or 'nothing'} and diverges at {at} (max abs "
+            f"{error:.3g} against transformers' {self.probe.model_class}). Its tensors have "
+            "BERT's shapes but it computes something else there: a LayerNorm before each "
+            "sublayer (pre-LN), another activation, or another embedding?"
+        )
+
+    def _inventory(self) -> str:
+        """What BERT has that the model's tensors cannot be, part by part."""
+        c, h, i = self.config, self.config.hidden_size, self.config.intermediate_size
+        sizes = {
+            "word embeddings": c.vocab_size,
+            "position embeddings": c.max_position_embeddings,
+            "token type embeddings": c.type_vocab_size,
+        }
+        outside, layer = self.user.outside, self.user.layer
+        missing = [
+            f"the {name} (a ({size}, {h}) table)"
+            for name, size in sizes.items()
+            if not any(u.bias is None and u.shape in ((size, h), (1, size, h)) for u in outside)
+        ]
+        if not any(_is_norm(u, h) for u in outside):
+            missing.append(f"the embeddings' LayerNorm (two ({h},) tensors)")
+        if sum(_is_norm(u, h) for u in layer) < 2:
+            missing.append(f"a layer's two LayerNorms (two ({h},) tensors each)")
+        if not any(_fits(u, i, h) for u in layer):
+            missing.append(f"a layer's intermediate projection ({i}, {h}) with its bias")
+        square = sum(bool(_fits(u, h, h)) for u in layer)
+        fused = any(_fits(u, 3 * h, h) for u in layer)
+        if square < 4 and not (fused and square >= 1):
+            missing.append(f"a layer's query, key, value and output projections ({h}, {h})")
+        found = ", ".join(u.weight for u in outside + layer)
+        return (
+            "no assignment of its tensors fits BERT's shapes: it has no tensor for "
+            f"{'; '.join(missing) or 'some part'}. Its tensors: {found}"
+        )
 
 
-def generated_buffers(model: nn.Module, state: dict, config: BertConfig, spec: str) -> dict:
-    """The model's buffers that bertconv makes (position ids: 0..n-1); any other refuses."""
-    params = {n for n, _ in model.named_parameters()}
+def generated_buffers(model: nn.Module, state: dict, config: BertConfig) -> dict:
+    """The model's buffers that bertconv makes (position ids: 0..n-1), for the table's
+    [generated]; any other buffer (a sinusoidal table, a mask) is the model's to make."""
+    params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
     sizes = {
         getattr(config, f): f for f in ("max_position_embeddings", "vocab_size", "hidden_size")
     }
@@ -645,14 +1070,10 @@ def generated_buffers(model: nn.Module, state: dict, config: BertConfig, spec: s
             continue
         flat = tensor.flatten()
         if (
-            tensor.is_floating_point()
-            or flat.numel() not in sizes
-            or not torch.equal(flat, torch.arange(flat.numel(), dtype=flat.dtype))
+            not tensor.is_floating_point()
+            and flat.numel() in sizes
+            and torch.equal(flat, torch.arange(flat.numel(), dtype=flat.dtype))
         ):
-            raise UsageError(
-                f"{spec}: holds the buffer {name!r} {tuple(tensor.shape)}, which bertconv cannot "
-                "make (it makes position ids, 0..n-1); no table can fill it"
-            )
-        dims = [sizes.get(d, d) if d != 1 else 1 for d in tensor.shape]
-        out[name] = {"arange": sizes[flat.numel()], "shape": dims}
+            dims = [sizes.get(d, d) if d != 1 else 1 for d in tensor.shape]
+            out[name] = {"arange": sizes[flat.numel()], "shape": dims}
     return out

@@ -110,6 +110,13 @@ def transpose(t: Tensor) -> Transposed:
     return Transposed(t, t.dtype, t.shape[::-1])
 
 
+def reshape(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """The same row-major bytes under another shape of as many elements (a leading 1 added)."""
+    if not isinstance(t, Stored | InMemory):
+        t = InMemory(t.dtype, t.shape, read_bytes(t))
+    return t._replace(shape=tuple(shape))
+
+
 def arange(n: int, shape: tuple[int, ...]) -> InMemory:
     """int64 0..n-1: the position_ids buffers some models keep."""
     return InMemory("I64", shape, array("q", range(n)).tobytes())

@@ -8,6 +8,7 @@ or both. In a table:
     "attn.qkv.weight" = { concat = ["...query.weight", "...key.weight", "...value.weight"] }
     "attn.W_o" = { transpose = "...attention.output.dense.weight" }
     "attn.W_qkv" = { concat_transposed = ["...query.weight", "...key.weight", "...value.weight"] }
+    "pos_embedding" = { unsqueeze = "embeddings.position_embeddings.weight" }  # (1, max_len, h)
 
 Transforms work on storage references (storage.py): a transposed or fused tensor is computed when
 it is written or loaded, never held whole before.
@@ -41,6 +42,11 @@ def _split(t: storage.Tensor, shapes: list[Shape]) -> list[storage.Tensor]:
 
 def _stacked(shapes: list[Shape]) -> Shape:
     return (sum(s[0] for s in shapes), *shapes[0][1:])
+
+
+def _squeeze(t: storage.Tensor) -> storage.Tensor:
+    """A leading dimension of 1 taken off (where there is one: else the shape check names it)."""
+    return storage.reshape(t, t.shape[1:]) if len(t.shape) > 1 and t.shape[0] == 1 else t
 
 
 def _untranspose(t: storage.Tensor) -> storage.Tensor | None:
@@ -81,6 +87,14 @@ REGISTRY = {
             lambda t, shapes: _split(_untranspose(t) or t, shapes),
             lambda shapes: _stacked(shapes)[::-1],
             (2,),
+        ),
+        Transform(
+            "unsqueeze",  # a leading 1: a table kept as (1, n, h), broadcast over the batch
+            False,
+            lambda parts: storage.reshape(parts[0], (1, *parts[0].shape)),
+            lambda t, shapes: [_squeeze(t)],
+            lambda shapes: (1, *shapes[0]),
+            (1, 2),
         ),
     ]
 }

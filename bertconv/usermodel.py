@@ -1,47 +1,91 @@
-"""Your own BERT: importing its class, building it from config.json, calling it by parameter name,
-and reading each layer's hidden states through forward hooks, with no change to its code.
+"""Your own BERT: importing it as Python would, building it from config.json, calling its forward
+the way it asks, and reading what it computes from a trace of its torch calls (trace.py), with no
+change to its code.
 
     --model PKG.MODULE:NAME      or      --model path/to/bert.py:NAME
 
-NAME is a class called with the config, or a function that returns an `nn.Module`. The config
-is an object with attribute access to every config.json field, and BertConfig's defaults for the
-fields config.json leaves out. The hidden states are read at the modules a mapping table says
-hold them: the embeddings' LayerNorm and each layer's output LayerNorm (the module that holds
-that row's tensor), or those its [outputs] section names.
+NAME is a class called with the config (or, where its constructor takes sizes, with those it
+names), or a function that returns an `nn.Module`. The config is an object with attribute access
+to every config.json field, and BertConfig's defaults for the fields config.json leaves out.
+
+The forward is called by parameter name, then by elimination. Each hidden state is read where
+the model computes it: the output of the last call that reads the LayerNorm a table names for
+it (a module's, a function's, or one written by hand), whether or not a module holds it; the
+pooler is what the model makes of its dense layer's output (its own tanh, or none).
 """
 
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
+import traceback
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from .config import BertConfig
-from .errors import CheckpointError, UsageError
+from .errors import CheckpointError, UsageError, UserCodeError
 from .mapping import Table
+from .trace import Trace, tensors_in
 
-# How from-scratch models spell each input, in the order they are looked for.
+# What each input is called, most likely first; matched whole, then by the words of a name.
 SPELLINGS = {
-    "input_ids": ("input_ids", "ids", "input", "inputs", "x", "tokens", "token_ids", "src"),
-    "attention_mask": ("attention_mask", "mask", "attn_mask", "input_mask", "attention_masks"),
-    "token_type_ids": (
-        "token_type_ids", "segment_ids", "token_type", "token_types", "segment_label",
-        "segment_info", "segments", "segment", "seg_ids", "type_ids", "tk_type_ids",
-    ),
+    "input_ids": ("input_ids", "ids", "input", "inputs", "x", "tokens", "token_ids", "src",
+                  "input_seq", "seq", "sequence", "text", "idx", "words", "word_ids", "sents"),
+    "attention_mask": ("attention_mask", "mask", "attn_mask", "input_mask", "attention_masks",
+                       "masks", "src_mask", "pad_attn_mask", "am"),
+    "token_type_ids": ("token_type_ids", "segment_ids", "token_type", "token_types",
+                       "segment_label", "segment_info", "segments", "segment", "seg_ids", "seg",
+                       "segs", "type_ids", "tk_type_ids", "tt", "token_type_id", "segment_id"),
+    "lengths": ("valid_lens", "valid_len", "lengths", "lens", "seq_lens", "seq_len",
+                "seq_lengths", "input_lengths", "input_lens", "length", "src_lengths"),
 }  # fmt: skip
 # A mask that marks the padding rather than the tokens (nn.MultiheadAttention's convention).
-INVERTED_MASKS = ("key_padding_mask", "padding_mask", "pad_mask")
-# Where a table's rows say the hidden states are: the output LayerNorm of each.
-ANCHORS = {
-    "embeddings": "embeddings.LayerNorm.weight",
-    "layer": "encoder.layer.{layer}.output.LayerNorm.weight",
-    "pooler": "pooler.dense.weight",
+INVERTED_MASKS = ("key_padding_mask", "padding_mask", "pad_mask", "src_key_padding_mask")
+# Words that make a name something else than the attention mask: masked-LM positions, labels.
+NOT_THE_MASK = {"lm", "mlm", "masked", "pos", "position", "positions", "label", "labels"}
+# Sizes a constructor may ask for by another name, and the config.json field that gives each.
+SIZE_NAMES = {
+    "vocab_size": ("vocab_size", "vocab", "n_vocab", "ntoken", "num_tokens", "vocab_len"),
+    "hidden_size": ("hidden_size", "hidden", "d_model", "dim", "embed_dim", "n_embd",
+                    "emb_dim", "hidden_dim", "embedding_dim", "num_hiddens", "d_hidden"),
+    "num_hidden_layers": ("num_hidden_layers", "n_layers", "num_layers", "n_layer", "depth",
+                          "layers", "num_blks", "nlayers"),
+    "num_attention_heads": ("num_attention_heads", "attn_heads", "num_heads", "n_heads",
+                            "heads", "nhead", "n_head"),
+    "intermediate_size": ("intermediate_size", "d_ff", "ffn_dim", "ff_dim", "dim_feedforward",
+                          "mlp_dim", "feed_forward_hidden", "ffn_num_hiddens", "d_inner",
+                          "ffn_hidden", "hidden_ff"),
+    "max_position_embeddings": ("max_position_embeddings", "max_len", "max_seq_len",
+                                "max_length", "n_positions", "block_size", "seq_len",
+                                "max_seq_length", "n_ctx"),
+    "type_vocab_size": ("type_vocab_size", "n_segments", "num_segments", "segment_size",
+                        "type_vocab", "n_types"),
+    "hidden_dropout_prob": ("hidden_dropout_prob", "dropout", "p_drop", "dropout_prob", "drop"),
+    "layer_norm_eps": ("layer_norm_eps", "eps", "norm_eps", "ln_eps"),
+    "pad_token_id": ("pad_token_id", "pad_idx", "padding_idx", "pad_id", "pad"),
+}  # fmt: skip
+# Fields of transformers' BertConfig that config.json may leave out, as their defaults: a model
+# may read any of them (`config.initializer_range` in its weight init).
+DEFAULTS = {
+    "initializer_range": 0.02,
+    "use_cache": True,
+    "is_decoder": False,
+    "add_cross_attention": False,
+    "tie_word_embeddings": True,
+    "bos_token_id": None,
+    "eos_token_id": None,
+    "model_type": "bert",
+    "output_hidden_states": False,
+    "output_attentions": False,
+    "return_dict": True,
+    "torchscript": False,
+    "chunk_size_feed_forward": 0,
 }
 
 
@@ -54,8 +98,19 @@ class Config(dict):
         except KeyError:
             raise AttributeError(f"config.json has no field {name!r}") from None
 
+    def __setattr__(self, name: str, value) -> None:
+        self[name] = value  # a model may set a field of its own on the config it is given
+
     def to_dict(self) -> dict:
         return dict(self)
+
+
+def config_object(config_dict: dict, config: BertConfig) -> Config:
+    """Every field config.json has, BertConfig's (and transformers') defaults for the rest."""
+    return Config({**DEFAULTS, **asdict(config), **config_dict})
+
+
+# Importing ---------------------------------------------------------------------------------------
 
 
 def import_factory(spec: str) -> Callable:
@@ -63,172 +118,449 @@ def import_factory(spec: str) -> Callable:
     where, _, name = spec.rpartition(":")
     if not where or not name:
         raise UsageError(f"--model {spec!r}: expected PKG.MODULE:NAME or path/to/file.py:NAME")
-    try:
-        module = _import(where)
-    except Exception as e:  # the user's code: any error it raises while being imported
-        reason = f"{type(e).__name__}: {e}"
-        raise UsageError(f"--model {spec!r}: cannot import {where} ({reason})") from None
+    if where.endswith(".py") or "/" in where:
+        path = Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise UsageError(f"--model {spec!r}: cannot import {where} (no such file {path})")
+        module_name, root = _module_name(path)
+    else:
+        path, module_name, root = Path(where), where, Path.cwd()
+    with guarded(spec, f"importing {where}"), _importing(root, str(path)):
+        if module_name == where:  # a module by its dotted name
+            try:
+                module = importlib.import_module(where)
+            except ModuleNotFoundError as e:
+                if e.name is None or not where.startswith(e.name):
+                    raise
+                raise UsageError(
+                    f"--model {spec!r}: cannot import {where} (ModuleNotFoundError: {e})"
+                ) from None
+        else:
+            module = _exec_file(module_name, path)
     factory = getattr(module, name, None)
     if not callable(factory):
         raise UsageError(f"--model {spec!r}: {where} has no class or function {name!r}")
     return factory
 
 
-def _import(where: str):
-    if where.endswith(".py") or "/" in where:
-        path = Path(where).expanduser().resolve()
-        if not path.is_file():
-            raise FileNotFoundError(f"no such file {path}")
-        spec = importlib.util.spec_from_file_location(f"bertconv_user.{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        with _on_path(path.parent):  # so that the file's own imports of its neighbours work
-            spec.loader.exec_module(module)
-        return module
-    with _on_path(Path.cwd()):
-        return importlib.import_module(where)
+def _module_name(path: Path) -> tuple[str, Path]:
+    """The name Python would import a file under, and the directory that makes it importable: a
+    file inside packages (beside an `__init__.py`) is `pkg.sub.file`, so that its relative
+    imports work; any other is its stem, its own directory on the path."""
+    parts, directory = [path.stem], path.parent
+    while (directory / "__init__.py").is_file() and directory.name.isidentifier():
+        parts.insert(0, directory.name)
+        directory = directory.parent
+    return ".".join(parts), directory
+
+
+def _exec_file(module_name: str, path: Path):
+    """Run the file as module `module_name`, registered in sys.modules while it runs and after,
+    as an import would (a dataclass, a `sys.modules[__name__]` lookup, pickling need it). A file
+    imported already is that module, as for Python; a name another module holds is not taken
+    from it."""
+    known = sys.modules.get(module_name)
+    if known is not None:
+        if Path(getattr(known, "__file__", "") or "").resolve() == path:
+            return known
+        module_name = f"bertconv_user.{module_name}"
+    if "." in module_name and not module_name.startswith("bertconv_user."):
+        importlib.import_module(module_name.rpartition(".")[0])  # its packages, for `from .x`
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    previous = sys.modules.get(module_name)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        if previous is None:
+            sys.modules.pop(module_name, None)
+        else:
+            sys.modules[module_name] = previous
+        raise
+    return module
 
 
 @contextmanager
-def _on_path(directory: Path):
-    sys.path.insert(0, str(directory))
+def _importing(root: Path, program: str):
+    """The model's directory importable (for its own imports of its neighbours), and sys.argv
+    its own, as when Python runs it: a file that parses its arguments on import sees none."""
+    saved_argv = sys.argv
+    sys.path.insert(0, str(root))
+    sys.argv = [program]
     try:
         yield
     finally:
-        sys.path.remove(str(directory))
+        sys.argv = saved_argv
+        if str(root) in sys.path:
+            sys.path.remove(str(root))
 
 
-def config_object(config_dict: dict, config: BertConfig) -> Config:
-    return Config({**asdict(config), **config_dict})
+@contextmanager
+def guarded(spec: str, doing: str, advice: str = ""):
+    """The user's code raising or exiting is reported as theirs: what, and where in their code
+    (and `advice`, what to do)."""
+    try:
+        yield
+    except (UsageError, KeyboardInterrupt):
+        raise
+    except SystemExit as e:
+        raise UserCodeError(
+            f"--model {spec!r}: {doing}, the model's code called sys.exit({e.code!r})"
+            f"{_where(e)}; bertconv compared nothing{advice}"
+        ) from None
+    except (Exception, RecursionError) as e:  # the user's code: whatever it raises
+        message = (str(e).splitlines() or [""])[0][:300]
+        raise UserCodeError(
+            f"--model {spec!r}: {doing}, the model's code raised {type(e).__name__}: "
+            f"{message}{_where(e)}{advice}"
+        ) from None
+
+
+def _where(error: BaseException) -> str:
+    """` (at FILE:LINE, in FUNCTION)`: the last frame of the traceback outside torch, the
+    standard library and bertconv, which is where the user's code was."""
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [f for f in frames if not _library(f.filename)]
+    if not own:
+        return ""
+    frame = own[-1]
+    return f" (at {frame.filename}:{frame.lineno}, in {frame.name})"
+
+
+def _library(filename: str) -> bool:
+    return (
+        f"{Path('bertconv')}/" in filename
+        or "site-packages" in filename
+        or "/lib/python3" in filename
+        or filename.startswith("<frozen")
+    )
+
+
+# Building ----------------------------------------------------------------------------------------
 
 
 def build(factory: Callable, spec: str, config: Config) -> nn.Module:
-    """The user's model, built from the config (and in eval mode)."""
-    try:
-        model = factory(config)
-    except Exception as e:
-        raise UsageError(
-            f"--model {spec!r}: building it with the checkpoint's config failed "
-            f"({type(e).__name__}: {e}). If it takes a config class of its own, give a "
-            "function that builds it: def make(config): return MyBert(MyConfig(**config))"
-        ) from None
+    """The user's model, built from the config, in eval mode: called with the config, or, where
+    its constructor names sizes (`vocab_size, hidden=768, n_layers=12`), with those."""
+    kwargs = _size_arguments(factory, config)
+    advice = (
+        ". If it takes a config class of its own, give a function that builds it: "
+        "def make(config): return MyBert(MyConfig(**config))"
+    )
+    with guarded(spec, "building it with the checkpoint's config", advice):
+        model = factory(config) if kwargs is None else factory(**kwargs)
     if not isinstance(model, nn.Module):
         raise UsageError(f"--model {spec!r}: gives a {type(model).__name__}, not an nn.Module")
     return model.eval()
 
 
-def load(model: nn.Module, spec: str, tensors: dict[str, torch.Tensor]) -> None:
-    """Strictly: every tensor the model holds comes from the checkpoint, none is left over."""
+def _size_arguments(factory: Callable, config: Config) -> dict | None:
+    """Keyword arguments for a constructor that takes sizes by name; None where it takes the
+    config (one parameter, or one whose name says config)."""
+    try:
+        params = [
+            p
+            for p in inspect.signature(factory).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return None
+    if len(params) <= 1 or any("config" in p.name.lower() or p.name == "cfg" for p in params):
+        return None
+    fields = {n: f for f, names in SIZE_NAMES.items() for n in names}
+    kwargs = {p.name: config[fields[p.name]] for p in params if p.name in fields}
+    return kwargs or None
+
+
+def materialise(model: nn.Module, harness: "Harness", batch: dict) -> None:
+    """Lazy modules (`nn.LazyLinear`) have their shapes only after a first forward."""
+    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):
+        with torch.no_grad(), guarded(harness.spec, "running its forward"):
+            harness.call(harness.prepare(batch))
+
+
+def load(model: nn.Module, spec: str, tensors: dict[str, torch.Tensor], absent: set[str]) -> None:
+    """Strictly: every tensor the model holds comes from the checkpoint, but the buffers it makes
+    itself and the tensors of `absent` (heads the checkpoint has none of), and none is left
+    over."""
+    own_buffers = {n for n, _ in model.named_buffers()}
     result = model.load_state_dict(tensors, strict=False)
+    missing = [n for n in result.missing_keys if n not in own_buffers and n not in absent]
     wrong = [
         f"{name}: {tuple(t.shape)} in the model, {tuple(tensors[name].shape)} converted"
         for name, t in model.state_dict().items()
         if name in tensors and t.shape != tensors[name].shape
     ]
-    if result.missing_keys or result.unexpected_keys or wrong:
+    if missing or result.unexpected_keys or wrong:
         raise CheckpointError(
             f"--model {spec!r}: the table's names do not fit the model: missing "
-            f"{result.missing_keys[:8]}, unexpected {result.unexpected_keys[:8]}, shapes "
+            f"{missing[:8]}, unexpected {result.unexpected_keys[:8]}, shapes "
             f"{wrong[:4]}. Check the table (`bertconv infer` writes one for your model)."
         )
 
 
-def signature_of(model: nn.Module) -> inspect.Signature:
-    return inspect.signature(model.forward)
+# Calling ---------------------------------------------------------------------------------------
 
 
-# What each input is, for messages: a model must take the mask, for the batches are padded.
-NAMED = {
-    "input_ids": "the token ids",
-    "attention_mask": "the attention mask, which padded batches need",
-}
+@dataclass
+class Plan:
+    """How the user's forward takes its inputs: {its parameter: what bertconv passes it}."""
+
+    arguments: dict[str, str]  # parameter -> input_ids, attention_mask, token_type_ids, lengths
+    inverted: bool = False  # the mask is True at padding
+    keywords: bool = True  # passed by name (else by position, to a forward(*args))
+
+    @property
+    def given(self) -> set[str]:
+        return set(self.arguments.values())
+
+    @property
+    def masked(self) -> bool:
+        """Is the padding given to the model (a mask, or lengths)? Else it is filled with the
+        pad id, which the model must see for itself."""
+        return bool(self.given & {"attention_mask", "lengths"})
 
 
-def arguments(model: nn.Module, spec: str) -> dict[str, str]:
-    """Which parameter of the user's forward takes each input: {our name: theirs}. Raises,
-    showing the signature, where the token ids or the mask have no parameter, or a parameter
-    without a default matches nothing."""
-    params = signature_of(model).parameters
-    found = {}
-    for ours, spellings in SPELLINGS.items():
-        match = next((p for p in spellings if p in params), None)
-        if ours == "attention_mask":
-            match = match or next((p for p in INVERTED_MASKS if p in params), None)
-        if match:
-            found[ours] = match
-    required = [
-        p.name
-        for p in params.values()
-        if p.default is inspect.Parameter.empty
-        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        and p.name not in found.values()
-    ]
-    lacking = [what for what in ("input_ids", "attention_mask") if what not in found]
-    if lacking or required:
-        why = (
-            f"no parameter takes {' or '.join(NAMED[w] for w in lacking)}"
-            if lacking
-            else f"nothing is passed to {', '.join(required)}"
-        )
+def plan(model: nn.Module, spec: str) -> Plan:
+    """Which parameter of the user's forward takes each input: by name (the spellings above, or
+    the words of a name), then by elimination: one required parameter left after the ids and
+    the mask is the token types. Raises, showing the signature, where a required parameter is
+    left that bertconv cannot give."""
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return Plan({"input_ids": "input_ids"}, keywords=False)
+    params = [p for p in signature.parameters.values() if p.name != "self"]
+    named = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    found = _by_name([p.name for p in named])
+    if "input_ids" not in found.values():
+        first = next((p.name for p in named if p.name not in found), None)
+        if first is None:
+            if any(p.kind == p.VAR_KEYWORD for p in params):  # forward(**kwargs): by our names
+                return Plan({k: k for k in ("input_ids", "attention_mask", "token_type_ids")})
+            return Plan({"input_ids": "input_ids"}, keywords=False)
+        found[first] = "input_ids"
+    required = [p.name for p in named if p.default is p.empty and p.name not in found]
+    if len(required) == 1 and "token_type_ids" not in found.values():
+        found[required.pop()] = "token_type_ids"
+    if required:
         raise UsageError(
-            f"--model {spec!r}: cannot call forward{signature_of(model)} by parameter name "
-            f"({why}): bertconv passes the token ids ({', '.join(SPELLINGS['input_ids'])}), "
-            f"the mask ({', '.join(SPELLINGS['attention_mask'])}; or {', '.join(INVERTED_MASKS)}, "
-            f"True at padding) and the token types ({', '.join(SPELLINGS['token_type_ids'])})"
+            f"--model {spec!r}: forward{signature} needs {', '.join(map(repr, required))}, which "
+            "bertconv cannot give: it passes the token ids, the attention mask (or lengths) and "
+            "the token types. Give the parameter a default, or give --model a function that "
+            "wraps your model"
         )
+    order = {p.name: i for i, p in enumerate(named)}
+    arguments = dict(sorted(found.items(), key=lambda kv: order[kv[0]]))
+    return Plan(arguments, inverted=any(a in INVERTED_MASKS for a in arguments))
+
+
+def _by_name(names: list[str]) -> dict[str, str]:
+    """{parameter: input} for the parameters whose names say what they take."""
+    found: dict[str, str] = {}
+    taken = set()
+    for ours, spellings in SPELLINGS.items():  # whole names first, in order of likelihood
+        for spelling in (*spellings, *(INVERTED_MASKS if ours == "attention_mask" else ())):
+            if spelling in names and ours not in taken and spelling not in found:
+                found[spelling] = ours
+                taken.add(ours)
+    for name in names:  # then the words of a name: src_mask, segment_labels, input_tokens
+        if name in found:
+            continue
+        ours = _by_words(_words(name))
+        if ours and ours not in taken:
+            found[name] = ours
+            taken.add(ours)
     return found
 
 
-def call(model: nn.Module, names: dict[str, str], batch: dict[str, torch.Tensor]):
-    kwargs = {}
-    for ours, theirs in names.items():
-        value = batch[ours]
-        kwargs[theirs] = ~value.bool() if theirs in INVERTED_MASKS else value
-    return model(**kwargs)
+def _by_words(words: set[str]) -> str | None:
+    if "mask" in words or "masks" in words:
+        return None if words & NOT_THE_MASK else "attention_mask"
+    if words & {"len", "lens", "length", "lengths"}:
+        return "lengths"
+    if words & {"seg", "segs", "segment", "segments", "type", "types"}:
+        return "token_type_ids"
+    if words & {"position", "positions", "pos", "label", "labels", "head", "hidden", "state"}:
+        return None
+    if words & {"ids", "input", "inputs", "token", "tokens", "x", "src", "seq", "sequence"}:
+        return "input_ids"
+    return None
 
 
-def anchors(table: Table, model: nn.Module, layers: int) -> dict[str, nn.Module]:
-    """The user's modules whose outputs are the hidden states verify compares: `embeddings`,
-    `layer 1` .. `layer N`, and `pooler` (pre-tanh: the dense layer) where the table has one."""
-    official = {o: row.name for row in table.rows.values() for o in row.official}
-    paths = {}
-    for key, anchor in ANCHORS.items():
-        given = table.outputs.get(key)
-        names = (
-            [anchor.replace("{layer}", str(i)) for i in range(layers)]
-            if key == "layer"
-            else [anchor]
-        )
-        for i, name in enumerate(names):
-            label = f"layer {i + 1}" if key == "layer" else key
-            if given is not None:
-                paths[label] = given.replace("{layer}", str(i))
-            elif name in official:
-                paths[label] = official[name].rpartition(".")[0]
-    modules = {}
-    for label, path in paths.items():
-        try:
-            modules[label] = model.get_submodule(path) if path else model
-        except AttributeError:
-            raise UsageError(
-                f"the table says the {label} output is module {path!r}, which the model lacks"
-            ) from None
-    return modules
+def _words(name: str) -> set[str]:
+    spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", name)
+    return {w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w}
 
 
-def hidden(output, mask: torch.Tensor, label: str) -> torch.Tensor:
-    """A hooked module's output at the real tokens: (B, T, H) or (T, B, H) or already packed."""
-    if isinstance(output, tuple | list):
-        output = output[0]
-    if not isinstance(output, torch.Tensor):
-        raise UsageError(f"the module read for {label} returns a {type(output).__name__}")
+# Running, traced -------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One traced forward: the trace, what the forward returned, and the batch it read."""
+
+    trace: Trace
+    output: object
+    batch: dict[str, torch.Tensor]
+
+
+@dataclass
+class Harness:
+    """The user's model, called the way its forward asks, every call traced."""
+
+    model: nn.Module
+    spec: str
+    plan: Plan
+    pad_token_id: int = 0
+    vocab_size: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The batch as both models read it. A model given neither a mask nor lengths makes its
+        mask from the pad id: its padding is the pad id, and no real token is."""
+        batch = dict(batch)
+        if "token_type_ids" not in self.plan.given:
+            batch["token_type_ids"] = torch.zeros_like(batch["token_type_ids"])
+        if not self.plan.masked:
+            pad, real = self.pad_token_id, batch["attention_mask"].bool()
+            ids = batch["input_ids"]
+            other = (pad + 1) % max(self.vocab_size, 2)
+            ids = torch.where(real & (ids == pad), torch.full_like(ids, other), ids)
+            batch["input_ids"] = torch.where(real, ids, torch.full_like(ids, pad))
+        return batch
+
+    def call(self, batch: dict[str, torch.Tensor]):
+        values = {
+            "input_ids": batch["input_ids"],
+            "attention_mask": ~batch["attention_mask"].bool()
+            if self.plan.inverted
+            else batch["attention_mask"],
+            "token_type_ids": batch["token_type_ids"],
+            "lengths": batch["attention_mask"].sum(-1),
+        }
+        args = {theirs: values[ours] for theirs, ours in self.plan.arguments.items()}
+        if self.plan.keywords:
+            return self.model(**args)
+        return self.model(*args.values())
+
+    def run(self, batch: dict[str, torch.Tensor], guard: bool = True) -> Run:
+        """A traced forward on a prepared batch. The user's code raising is theirs (guard), or,
+        where a candidate table may break it, the caller's to handle."""
+        trace = Trace(self.model, dict(batch))
+        with torch.inference_mode(), trace:
+            if guard:
+                with guarded(self.spec, "running its forward"):
+                    output = self.call(batch)
+            else:
+                output = self.call(batch)
+        return Run(trace, output, batch)
+
+
+# Reading what the model computed ---------------------------------------------------------------
+
+# The official tensors whose last use returns each hidden state, and each head's outputs.
+ANCHORS = {
+    "embeddings": ("embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"),
+    "layer": (
+        "encoder.layer.{layer}.output.LayerNorm.weight",
+        "encoder.layer.{layer}.output.LayerNorm.bias",
+    ),
+    "pooler": ("pooler.dense.weight", "pooler.dense.bias"),
+    "mlm": ("cls.predictions.bias",),
+    "nsp": ("cls.seq_relationship.weight", "cls.seq_relationship.bias"),
+    "classifier": ("classifier.weight", "classifier.bias"),
+    "token_classifier": ("classifier.weight", "classifier.bias"),
+    "choice": ("classifier.weight", "classifier.bias"),
+    "qa": ("qa_outputs.weight", "qa_outputs.bias"),
+}
+
+
+def anchors(table: Table, layers: int, groups: set[str]) -> dict[str, set[str]]:
+    """{hidden state or head: the user's tensors whose last use returns it}, through `table`:
+    `embeddings`, `layer 1` .. `layer N`, `pooler` and each head of `groups` the table maps."""
+    holders: dict[str, set[str]] = {}
+    for row in table.rows.values():
+        for official in row.official:
+            holders.setdefault(official, set()).add(row.name)
+    for copy, original in table.tied.items():  # a tied decoder is read under either name
+        for official in table.rows[original].official:
+            holders.setdefault(official, set()).add(copy)
+    out = {}
+    for key, officials in ANCHORS.items():
+        if key not in ("embeddings", "layer") and key not in groups:
+            continue
+        labels = [f"layer {i + 1}" for i in range(layers)] if key == "layer" else [key]
+        for i, label in enumerate(labels):
+            names = {o.replace("{layer}", str(i)) for o in officials}
+            users = set().union(*(holders.get(n, set()) for n in names))
+            if users:
+                out[label] = users
+    return out
+
+
+def read(run: Run, found: dict[str, set[str]]) -> dict[str, torch.Tensor | None]:
+    """What the model computed at each anchor, at real positions; None where its forward never
+    used the anchor's tensors."""
+    mask = run.batch["attention_mask"]
+    returned = {id(t) for t in tensors_in(run.output)}
+    out: dict[str, torch.Tensor | None] = {}
+    for label, names in found.items():
+        call = run.trace.last_use(names)
+        if call is None:
+            out[label] = None
+        elif label == "pooler":
+            chain = run.trace.unary_chain(call)
+            given = [t for t in chain if id(t) in returned]
+            out[label] = (given or chain)[-1]
+        else:
+            out[label] = at_real_positions(next(tensors_in(call.output)), mask, label)
+    return out
+
+
+def at_real_positions(value: torch.Tensor, mask: torch.Tensor, label: str) -> torch.Tensor:
+    """An output at the real tokens, (N, features), from (B, T, F), (T, B, F), (B * T, F) or
+    already packed (N, F); a per-sequence output (B, F) as it is."""
     real = mask.bool()
-    if output.dim() == 3 and tuple(output.shape[:2]) == tuple(real.shape):
-        return output[real]
-    if output.dim() == 3 and tuple(output.shape[:2]) == tuple(real.T.shape):
-        return output.transpose(0, 1)[real]
-    if output.dim() == 2 and output.shape[0] == int(real.sum()):
-        return output
+    B, T = real.shape
+    if value.dim() == 3 and tuple(value.shape[:2]) == (B, T):
+        return value[real]
+    if value.dim() == 3 and tuple(value.shape[:2]) == (T, B):
+        return value.transpose(0, 1)[real]
+    if value.dim() == 2 and value.shape[0] == B * T and int(real.sum()) != B * T:
+        return value.view(B, T, -1)[real]
+    if value.dim() == 2 and value.shape[0] in (int(real.sum()), B):
+        return value
     raise UsageError(
-        f"the module read for {label} returns shape {tuple(output.shape)}, which is not "
-        f"(batch, tokens, hidden) for a batch of {tuple(real.shape)}"
+        f"the model's {label} has shape {tuple(value.shape)}, which is not (batch, tokens, "
+        f"features) for a batch of {(B, T)}"
     )
+
+
+def outputs(run: Run, found: dict[str, set[str]], heads) -> tuple[dict, list[str]]:
+    """The compared outputs of a traced forward: hidden states and the pooler at their anchors,
+    and each head's outputs as the rows `heads` names (verify.HEAD_OUTPUTS); and the anchors its
+    forward never used."""
+    named, unused = {}, []
+    for label, value in read(run, found).items():
+        if value is None:
+            unused.append(label)
+        elif label in ("embeddings", "pooler") or label.startswith("layer "):
+            named[label] = value
+        else:
+            named |= head_rows(label, value, heads, run.batch["attention_mask"])
+    return named, unused
+
+
+def head_rows(group: str, value: torch.Tensor, heads, mask: torch.Tensor) -> dict:
+    """A head's output as the rows verify compares: per token at the real positions, QA's
+    start and end apart, multiple choice's scores as (items, choices)."""
+    rows = [(row, per_token) for row, _, per_token in heads if row.startswith(f"{group} ")]
+    out = {}
+    for i, (row, per_token) in enumerate(rows):
+        part = value[..., i] if len(rows) > 1 else value
+        if per_token:
+            part = at_real_positions(part, mask, row)
+        out[row] = part.reshape(mask.shape[0], -1) if group == "choice" else part
+    return out

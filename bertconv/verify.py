@@ -18,9 +18,19 @@ from . import files, storage
 from .api import build, convert_read, resolve
 from .checkpoint import Checkpoint, read_checkpoint
 from .config import BertConfig
-from .convert import Conversion
-from .errors import BertconvError, CheckpointError, MissingDependencyError, UsageError
-from .mapping import OFFICIAL, classes, layout, layout_names, shapes
+from .convert import Conversion, convert_reading, read_official
+from .errors import CheckpointError, MissingDependencyError, NotBertError, UsageError
+from .mapping import (
+    ENCODER,
+    OFFICIAL,
+    RELATIVE,
+    classes,
+    layout,
+    layout_names,
+    recognised_only,
+    refusal,
+    shapes,
+)
 from .model import BertModel
 
 FLOAT32_MAX_ABS = 1e-5
@@ -84,6 +94,7 @@ class Report:
     inputs: list[str]
     rows: list[Comparison] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)  # weights holding NaN or Inf, by name
+    notes: list[str] = field(default_factory=list)  # what was not compared, and why
 
     @property
     def passed(self) -> bool:
@@ -277,15 +288,14 @@ def verify(
     nonfinite = storage.nonfinite(ckpt.state_dict)
     if model is None:
         conversion = convert_read(ckpt, "bertconv")
-        ours, name = (
-            Ours(build(conversion, ckpt.config), HEAD_OUTPUTS[conversion.model_class]),
-            conversion.model_class,
-        )
+        ours = Ours(build(conversion, ckpt.config), HEAD_OUTPUTS[conversion.model_class])
+        name = conversion.model_class
     else:
-        conversion = convert_read(ckpt, "bertconv", heads=False)  # the encoder is compared
-        ours, name = Yours(ckpt, model, model_layout), model
+        ours = Yours(ckpt, model, model_layout)
+        conversion, name = ours.conversion, model
     reference = reference_model(ckpt, conversion)
-    batches = inputs(src.path, ckpt.config, conversion.model_class, ours.token_types)
+    batches = inputs(src.path, ckpt.config, conversion.model_class)
+    batches = {k: ours.prepare(b) for k, b in batches.items()}
     report = Report(src.name, name, str(dev), dtype, list(batches), nonfinite=nonfinite)
     with _no_tf32():
         theirs = Ours(reference, ours.heads)
@@ -302,6 +312,7 @@ def verify(
             for k in (k for k in expected if k in got):
                 own = (low[k] - expected[k]).abs().max().item()
                 report.rows.append(_row(k, got[k], expected[k], LOW_PRECISION_FACTOR * own, own))
+    report.notes = ours.notes
     return report
 
 
@@ -309,10 +320,11 @@ class Ours:
     """A model of bertconv's or transformers' (they take the same arguments), and the heads'
     outputs to compare."""
 
-    token_types = True
-
     def __init__(self, model, heads):
-        self.model, self.heads = model, heads
+        self.model, self.heads, self.notes = model, heads, []
+
+    def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return batch
 
     def run(self, batches, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """The compared outputs over all batches, in float32 on the CPU."""
@@ -326,90 +338,138 @@ class Ours:
 
 class Yours(Ours):
     """The user's own model (usermodel.py), holding the checkpoint's tensors under the names its
-    table gives them; its hidden states read through hooks."""
+    table gives them (the table whose names are the model's, unless one is given), every
+    hidden state and head read from a trace of its forward."""
 
     def __init__(self, ckpt: Checkpoint, spec: str, table_name: str | None):
         from . import usermodel
 
         config = usermodel.config_object(ckpt.config_dict, ckpt.config)
         model = usermodel.build(usermodel.import_factory(spec), spec, config)
-        self.names = usermodel.arguments(model, spec)  # before anything is converted for it
-        self.token_types = "token_type_ids" in self.names
-        tables = [table_name] if table_name else layout_names()
-        table_name, converted = _fit(ckpt, model, spec, tables, given=bool(table_name))
-        maps = {}
-        tensors = {n: storage.to_torch(t, maps) for n, t in converted.state_dict.items()}
-        usermodel.load(model, spec, tensors)
-        self.model, self.heads = model, []
-        self.anchors = usermodel.anchors(
-            layout(table_name, ckpt.config), model, ckpt.config.num_hidden_layers
+        self.harness = usermodel.Harness(
+            model, spec, usermodel.plan(model, spec), config.pad_token_id, config.vocab_size
         )
+        usermodel.materialise(model, self.harness, random_batch(ckpt.config))
+        reading = read_official(
+            ckpt.state_dict,
+            ckpt.config,
+            layout(ckpt.layout, ckpt.config),
+            str(ckpt.path),
+            ckpt.config_dict.get("architectures"),
+        )
+        table, groups = _table_for(model, ckpt.config, table_name, spec)
+        kept = groups & reading.groups
+        self.conversion = convert_reading(reading, ckpt.config, table, sorted(kept), str(ckpt.path))
+        absent = _names_of(table, groups - kept) - _names_of(table, kept)
+        usermodel.load(model, spec, self._tensors(), absent)
+        self.notes = _not_compared(table, groups - kept, kept)
+        self.anchors = usermodel.anchors(
+            table, ckpt.config.num_hidden_layers, set(self.conversion.groups)
+        )
+        self.heads = HEAD_OUTPUTS[self.conversion.model_class]
+        self.model = model
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        maps = {}
+        return {n: storage.to_torch(t, maps) for n, t in self.conversion.state_dict.items()}
+
+    def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return self.harness.prepare(batch)
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         from . import usermodel
 
-        caught, hooks = {}, []
-        for label, module in self.anchors.items():
-            hook = module.register_forward_hook(
-                lambda m, a, out, label=label: caught.setdefault(label, out)
-            )
-            hooks.append(hook)
-        try:
-            with torch.inference_mode():
-                usermodel.call(self.model, self.names, batch)
-        finally:
-            for hook in hooks:
-                hook.remove()
-        mask = batch["attention_mask"]
-        named = {}
-        for label in self.anchors:
-            if label not in caught:
-                raise UsageError(f"the module read for {label} never ran in the model's forward")
-            if label == "pooler":
-                named[label] = torch.tanh(caught[label])  # the dense layer's, as tanh reads it
-            else:
-                named[label] = usermodel.hidden(caught[label], mask, label)
+        run = self.harness.run(batch)
+        named, unused = usermodel.outputs(run, self.anchors, self.heads)
+        for label in unused:
+            self._never_used(label)
         return {k: v.float().cpu() for k, v in named.items()}
 
+    def _never_used(self, label: str) -> None:
+        names = ", ".join(sorted(self.anchors[label]))
+        if label == "embeddings" or label.startswith("layer "):
+            raise CheckpointError(
+                f"--model {self.harness.spec!r}: its forward never uses {names}, which the "
+                f"table says hold the {label}'s output LayerNorm: the table is not this model's"
+            )
+        note = f"{label}: your model's forward never uses {names}; not compared"
+        if note not in self.notes:
+            self.notes.append(note)
 
-def _fit(ckpt: Checkpoint, model, spec: str, tables: list[str], given: bool):
-    """The table, and the file's groups converted through it, whose names are exactly the
-    user's model's (which may hold fewer heads than the file)."""
-    from itertools import combinations
 
-    wanted = set(model.state_dict())
-    have = sorted(convert_read(ckpt, OFFICIAL, True).groups)
-    choices = [list(c) for n in range(len(have), -1, -1) for c in combinations(have, n)]
+def _not_compared(table, absent: frozenset[str], kept: frozenset[str]) -> list[str]:
+    """A note for each head of the user's model that the checkpoint has none of (groups that
+    share their tensors, a classifier read three ways, named together)."""
+    by_names: dict[frozenset, list[str]] = {}
+    for group in sorted(absent - {"pooler"}):
+        names = frozenset(_names_of(table, {group}))
+        if not names <= _names_of(table, kept):
+            by_names.setdefault(names, []).append(group)
+    return [
+        f"{' / '.join(groups)}: the checkpoint has none; your model's keeps its own weights, "
+        "not compared"
+        for groups in by_names.values()
+    ]
+
+
+def _table_for(model, config: BertConfig, given: str | None, spec: str):
+    """The table whose names are exactly the model's (the given one, or the first shipped one),
+    and the groups of it the model holds. By the names alone: nothing is converted."""
+    own_buffers = {n for n, _ in model.named_buffers()}
+    names = set(model.state_dict())
+    tables = [given] if given else [n for n in layout_names() if not refusal(n)]
     for name in tables:
-        for groups in choices:
-            try:
-                converted = convert_read(ckpt, name, groups)
-            except BertconvError:
-                continue
-            if set(converted.state_dict) == wanted:
-                return name, converted
-    if given:  # convert with the table as it is, so that the mismatch is named
-        converted = convert_read(ckpt, tables[0])
-        return tables[0], converted
+        table = layout(name, config)
+        heads = {g for g in table.groups - table.prefixed if _names_of(table, {g}) <= names}
+        held = frozenset(
+            heads
+            | {g for g in table.groups & table.prefixed if _names_of(table, {g}, heads) <= names}
+        )
+        written = _names_of(table, held, held, encoder=True, relative=config.relative)
+        if written - own_buffers == names - own_buffers:
+            return table, held
+        if given:
+            missing = sorted(names - written - own_buffers)
+            unexpected = sorted(written - names - own_buffers)
+            raise CheckpointError(
+                f"--model {spec!r}: the table's names do not fit the model: the model has "
+                f"{missing[:8]}, which the table does not name; the table names "
+                f"{unexpected[:8]}, which the model lacks. Check the table (`bertconv infer` "
+                "writes one for your model)."
+            )
+    found = recognised_only({n: tuple(t.shape) for n, t in model.state_dict().items()})
+    if found is not None:  # BERT-pytorch's names: a model bertconv knows does not compute BERT
+        raise NotBertError(f"--model {spec!r}: is in the {found!r} layout.\n{refusal(found)}")
     raise UsageError(
         f"--model {spec!r}: no shipped layout names its tensors; give its table with --layout "
         "(`bertconv infer` writes one)"
     )
 
 
-def inputs(
-    path: Path, config: BertConfig, model_class: str, token_types: bool = True
-) -> dict[str, dict]:
+def _names_of(
+    table, groups, beside=frozenset(), encoder: bool = False, relative: bool = False
+) -> set[str]:
+    """The names a table writes for `groups`, as write_layout writes them beside the groups
+    `beside` (a prefix on some, where a head is there); with the encoder's (and its relative
+    positions', and its buffers) if asked."""
+    parts = set(groups) | ({ENCODER} if encoder else set()) | ({RELATIVE} if relative else set())
+    prefix = table.prefix if set(beside) - table.prefixed else ""
+    rows = {
+        (prefix + n if row.group in table.prefixed else n)
+        for n, row in table.rows.items()
+        if row.group in parts
+    }
+    tied = {copy for copy, original in table.tied.items() if original in rows}
+    return rows | tied | (set(table.generated) if encoder else set())
+
+
+def inputs(path: Path, config: BertConfig, model_class: str) -> dict[str, dict]:
     """The batches both models read: the checkpoint's own tokenizer on TEXTS (where it ships
-    one), and random ids; for multiple choice, rows taken in twos as the choices of one item.
-    Token types all 0 for a model that takes none."""
+    one), and random ids; for multiple choice, rows taken in twos as the choices of one item."""
     batches = {"random ids": random_batch(config)}
     text = tokenizer_batch(path, config)
     if text is not None:
         batches = {"tokenized text": text} | batches
-    if not token_types:
-        for batch in batches.values():
-            batch["token_type_ids"] = torch.zeros_like(batch["token_type_ids"])
     if model_class == "BertForMultipleChoice":
         return {
             k: {n: t.view(-1, CHOICES, t.shape[-1]) for n, t in b.items()}
