@@ -13,6 +13,7 @@ from pathlib import Path
 
 import convert
 import forward
+import infer
 import load
 import startup
 import tf_convert
@@ -82,6 +83,7 @@ def main() -> None:
             load.main(),
             forward.main("cpu"),
             verify.main(),
+            infer.main(),
         ]
         out = args.out or ROOT / "docs" / "benchmarks.md"
         title = "# Benchmarks"

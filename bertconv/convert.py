@@ -278,7 +278,7 @@ def write_layout(
             written = prefix + name if row.group in dst.prefixed else name
             out[written] = _pack(row, [official[o] for o in row.official])
     for copy, original in dst.tied.items():  # a user's model holds its tied copies by name
-        if dst.name != OFFICIAL and original in out:
+        if dst.writes_tied and original in out:
             out[copy] = out[original]
     for name, gen in dst.generated.items():
         out[name] = storage.arange(gen.arange, gen.shape)

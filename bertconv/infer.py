@@ -12,8 +12,9 @@ per sequence). That settles pairs and roles that names cannot (`g1`/`b1`, `a_2`/
 `proj_q`); name hints only break ties.
 
 The first assignment is then checked by running the model with the weights of a random BERT
-against transformers' (the class its heads make), part by part: the embeddings, the layers, the
-pooler, the heads. Where a part differs, its alternatives (the query, key and value in another
+against bertconv's own (the class its heads make, which verify proves computes what
+transformers' does, so that infer needs no transformers), part by part: the embeddings, the
+layers, the pooler, the heads. Where a part differs, its alternatives (the query, key and value in another
 order, the LayerNorms the other way round, ...) are tried until one agrees within the float32
 tolerance. A model no assignment makes compute BERT (a pre-LayerNorm block, a missing part) is
 refused, naming where the closest assignment diverges.
@@ -30,7 +31,7 @@ from torch import nn
 from . import storage, usermodel
 from .config import BertConfig
 from .errors import NotBertError, UsageError
-from .mapping import ENCODER, OFFICIAL, class_for, expand, layout
+from .mapping import ENCODER, class_for, expand, layout, shapes
 from .trace import Trace
 
 # Sizes that all differ, so that a tensor's shape tells what it can be.
@@ -45,6 +46,7 @@ PROBE = dict(
     num_labels=5,
 )
 TOLERANCE = 1e-5
+PROBE_LENGTH = 20  # tokens in the probe's longest sequence: few, but no other size
 MAX_TRIALS = 400  # candidate tables run before giving up
 WEIGHT_WORDS = {"weight", "w", "gamma", "g", "scale", "kernel", "a"}
 BIAS_WORDS = {"bias", "b", "beta"}
@@ -95,6 +97,14 @@ NORMS = ("embeddings norm", "attention norm", "output norm", "mlm norm")
 SINGLE = ("mlm bias",)  # a unit of one tensor: PREFIX itself
 # Which part of the model each compared output belongs to, in the order they are computed.
 PARTS = ("embeddings", "layers", "pooler", "heads")
+# What people get wrong in each part, most often.
+SUSPECTS = {
+    "embeddings": "the embeddings summed otherwise, positions offset, or their LayerNorm's eps?",
+    "layers": "a LayerNorm before each sublayer (pre-LN), another activation, or the attention "
+    "scaled or masked otherwise?",
+    "pooler": "the pooler's tanh missing or applied twice, or another token than the first?",
+    "heads": "a head's activation or LayerNorm, or its decoder not tied to the word embeddings?",
+}
 
 
 @dataclass
@@ -133,7 +143,7 @@ class Inference:
     """What `bertconv infer` found: the table, and how well its assignment did."""
 
     text: str | None  # the table, as a TOML file; None where nothing computes BERT
-    checked: dict[str, float]  # compared output -> max abs difference from transformers
+    checked: dict[str, float]  # compared output -> max abs difference from BERT's
     trials: int
     reason: str | None = None  # why no table was found
 
@@ -702,7 +712,7 @@ def table_text(raw: dict, spec: str, notes: list[str]) -> str:
     """The table as a file, in the shipped tables' style."""
     lines = [
         f"# The names of {spec}, as `bertconv infer` found them: every row settled by running",
-        "# the model against transformers' BERT, output by output.",
+        "# the model against BERT, output by output (`bertconv verify --model` proves it).",
         *[f"# {note}" for note in notes],
         "",
         f"name = {_toml(raw['name'])}",
@@ -737,9 +747,9 @@ def _toml(value) -> str:
 
 
 class Probe:
-    """The user's model and transformers' BERT (the class its heads make) on the probe config,
-    the same random weights (every LayerNorm and bias random too, so that none can be mistaken
-    for another), and the batch both read."""
+    """The user's model and bertconv's BERT (the class its heads make; verify proves it computes
+    what transformers' does) on the probe config, the same random weights (every LayerNorm and
+    bias random too, so that none can be mistaken for another), and the batch both read."""
 
     def __init__(self, harness: usermodel.Harness, config: BertConfig, groups: frozenset[str]):
         from .verify import HEAD_OUTPUTS, _outputs, random_batch
@@ -747,15 +757,15 @@ class Probe:
         self.harness, self.config, self.groups = harness, config, groups
         self.model_class = class_for(set(groups))
         self.heads = HEAD_OUTPUTS[self.model_class]
-        reference = _reference(config, self.model_class, "pooler" in groups)
-        self.official = _official(reference, config)
-        self.batch = harness.prepare(random_batch(config))
+        self.official = random_weights(config, groups)
+        reference = _reference(self.official, config, self.model_class, groups)
+        self.batch = harness.prepare(random_batch(config, PROBE_LENGTH))
         self.expected = _outputs(reference, self.batch, self.heads)
         self.trials = 0
 
     def run(self, raw: dict) -> dict[str, float] | None:
         """How far the user's model, holding the random weights through table `raw`, is from
-        transformers' at each compared output; None where the table does not fit it."""
+        BERT at each compared output; None where the table does not fit it."""
         from .convert import write_layout
 
         self.trials += 1
@@ -764,7 +774,7 @@ class Probe:
         tensors = write_layout(self.official, self.config, table, groups)
         try:
             self.harness.model.load_state_dict(
-                {n: storage.to_torch(t).clone() for n, t in tensors.items()}, strict=False
+                {n: storage.to_torch(t) for n, t in tensors.items()}, strict=False
             )
             run = self.harness.run(self.batch, guard=False)
         except Exception:  # a wrong candidate may break the user's forward in any way
@@ -782,28 +792,30 @@ class Probe:
         }
 
 
-def _reference(config: BertConfig, model_class: str, pooler: bool):
-    import transformers
+def random_weights(config: BertConfig, groups: frozenset[str]) -> dict[str, storage.Tensor]:
+    """Seeded random official tensors of the encoder and `groups`: LayerNorms' gammas around 1
+    and every bias random (so no two are alike), matrices scaled by their fan-in."""
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for name, shape in shapes(config, sorted(groups)).items():
+        t = torch.randn(shape, generator=g)
+        if name.endswith("LayerNorm.weight"):
+            t = 1.0 + 0.5 * t
+        elif len(shape) == 1:
+            t = 0.5 * t
+        else:
+            t = t / shape[-1] ** 0.5
+        out[name] = storage.from_torch(t)
+    return out
 
-    torch.manual_seed(0)
-    cls = getattr(transformers, model_class)
-    reference_config = transformers.BertConfig(**vars(config))
-    extra = {"add_pooling_layer": pooler} if model_class == "BertModel" else {}
-    reference = cls(reference_config, **extra).eval()
-    with torch.no_grad():
-        for name, p in reference.named_parameters():
-            if name.endswith("bias") or "LayerNorm" in name:
-                p.copy_(torch.randn_like(p) * 0.5 + (1.0 if name.endswith("weight") else 0.0))
-    return reference
 
+def _reference(official: dict, config: BertConfig, model_class: str, groups: frozenset[str]):
+    """bertconv's class for the groups, holding `official`."""
+    from .api import build
+    from .convert import Conversion, write_layout
 
-def _official(reference, config: BertConfig) -> dict[str, storage.Tensor]:
-    """transformers' weights under the official names, read as bertconv reads a file."""
-    from .convert import read_official
-
-    state = {n: storage.from_torch(t) for n, t in reference.state_dict().items()}
-    table = layout(OFFICIAL, config)
-    return read_official(state, config, table, "the reference model").official
+    tensors = write_layout(official, config, layout("bertconv", config), groups)
+    return build(Conversion(tensors, model_class, groups, {}, [], 0), config)
 
 
 def progress(distances: dict[str, float] | None) -> tuple[int, float]:
@@ -850,7 +862,7 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     )
     from .verify import random_batch
 
-    batch = harness.prepare(random_batch(config))
+    batch = harness.prepare(random_batch(config, PROBE_LENGTH))
     usermodel.materialise(model, harness, batch)
     run = harness.run(batch)  # the model's own weights: how it uses them
     state = model.state_dict()
@@ -1021,9 +1033,8 @@ class Search:
         return (
             f"no assignment of its tensors makes it compute BERT: the closest matches "
             f"{', '.join(labels[:done]) or 'nothing'} and diverges at {at} (max abs "
-            f"{error:.3g} against transformers' {self.probe.model_class}). Its tensors have "
-            "BERT's shapes but it computes something else there: a LayerNorm before each "
-            "sublayer (pre-LN), another activation, or another embedding?"
+            f"{error:.3g} against BERT's ({self.probe.model_class})). Its tensors have "
+            f"BERT's shapes but it computes something else there: {SUSPECTS[_part(at)]}"
         )
 
     def _inventory(self) -> str:

@@ -51,15 +51,11 @@ KEYS = {
     "aliases": dict,
     "tied": dict,
     "generated": dict,
-    # Modules whose outputs are the hidden states (verify --model): embeddings, layer, pooler.
-    # Where absent, the modules that hold the output LayerNorms' rows (and the pooler's).
-    "outputs": dict,
     "classes": dict,  # the official table only
     # A layout recognised but never converted: why its weights cannot carry over. Its rows are
     # shapes, and map no official tensor.
     REFUSED: str,
 }
-OUTPUTS = ("embeddings", "layer", "pooler")
 FORMATS = ("safetensors", "tensorflow", "h5")  # h5 is read only
 REQUIRED = ("name", "description", ENCODER)
 
@@ -95,9 +91,14 @@ class Table:
     prefix: str  # put on the `prefixed` groups' names when a file holds any other group
     prefixed: frozenset[str]
     requires: frozenset[str]  # groups the layout's model cannot do without
-    outputs: dict[str, str]  # where the hidden states are read, as the table's [outputs] says
     format: str = "safetensors"  # the files its checkpoints are
     slots: tuple[str, ...] = ()  # a row's name + one of these: an optimizer's slot, skipped
+
+    @property
+    def writes_tied(self) -> bool:
+        """Are tied copies written? A user's model holds them by name; transformers' classes
+        tie them themselves on loading, so the official layout's are never written."""
+        return self.name != OFFICIAL
 
     @property
     def relative(self) -> bool:
@@ -240,7 +241,6 @@ def _content_problems(table: dict, official: bool) -> list[tuple[str, str]]:
             problems += _refused_problems(table)
     else:
         problems = _row_problems(table) + _generated_problems(table.get("generated", {}))
-        problems += _output_problems(table.get("outputs", {}))
         if "classes" in table:
             problems.append(("classes", "only the official table lists classes"))
     names = {name for _, rows in _sections(table) for name in rows}
@@ -356,16 +356,6 @@ def _row_targets(spec) -> tuple[list[str], str, str | None]:
         what = "a list of official names" if fuses else "an official name"
         return [], "", f"{transform} takes {what}"
     return [], "", 'a row is "official name" or { transform = "official name" or [names] }'
-
-
-def _output_problems(outputs: dict) -> list[tuple[str, str]]:
-    return [
-        (key, f"one of {', '.join(OUTPUTS)}, naming a module (layer: with {{layer}})")
-        for key, path in outputs.items()
-        if key not in OUTPUTS
-        or not isinstance(path, str)
-        or (key == "layer") != ("{layer}" in path)
-    ]
 
 
 def _generated_problems(generated: dict) -> list[tuple[str, str]]:
@@ -566,7 +556,6 @@ def expand(raw: dict, name: str, config: BertConfig) -> Table:
         for key, spec in raw.get("generated", {}).items()
     }
     requires = frozenset(raw.get("requires", []))
-    outputs = raw.get("outputs", {})
     extra = {"format": raw.get("format", "safetensors"), "slots": tuple(raw.get("slots", []))}
     return Table(
         name,
@@ -579,7 +568,6 @@ def expand(raw: dict, name: str, config: BertConfig) -> Table:
         prefix,
         prefixed,
         requires,
-        outputs,
         **extra,
     )
 

@@ -514,8 +514,10 @@ def read(run: Run, found: dict[str, set[str]]) -> dict[str, torch.Tensor | None]
             chain = run.trace.unary_chain(call)
             given = [t for t in chain if id(t) in returned]
             out[label] = (given or chain)[-1]
-        else:
+        elif label == "embeddings" or label.startswith("layer "):
             out[label] = at_real_positions(next(tensors_in(call.output)), mask, label)
+        else:  # a head's: head_rows reads it
+            out[label] = next(tensors_in(call.output))
     return out
 
 
@@ -559,8 +561,7 @@ def head_rows(group: str, value: torch.Tensor, heads, mask: torch.Tensor) -> dic
     rows = [(row, per_token) for row, _, per_token in heads if row.startswith(f"{group} ")]
     out = {}
     for i, (row, per_token) in enumerate(rows):
-        part = value[..., i] if len(rows) > 1 else value
-        if per_token:
-            part = at_real_positions(part, mask, row)
+        part = at_real_positions(value, mask, row) if per_token else value
+        part = part[..., i] if len(rows) > 1 else part
         out[row] = part.reshape(mask.shape[0], -1) if group == "choice" else part
     return out

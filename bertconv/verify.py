@@ -21,9 +21,7 @@ from .config import BertConfig
 from .convert import Conversion, convert_reading, read_official
 from .errors import CheckpointError, MissingDependencyError, NotBertError, UsageError
 from .mapping import (
-    ENCODER,
     OFFICIAL,
-    RELATIVE,
     classes,
     layout,
     layout_names,
@@ -253,10 +251,10 @@ def _lowercase(path: Path) -> bool:
     return lowercase
 
 
-def random_batch(config: BertConfig) -> dict[str, torch.Tensor]:
+def random_batch(config: BertConfig, length: int = RANDOM_LENGTH) -> dict[str, torch.Tensor]:
     """Random ids and token types, every row but the first padded to a random length."""
     g = torch.Generator().manual_seed(SEED)
-    shape = (RANDOM_BATCH, min(RANDOM_LENGTH, config.max_position_embeddings))
+    shape = (RANDOM_BATCH, min(length, config.max_position_embeddings))
     lengths = torch.randint(2, shape[1] + 1, (shape[0],), generator=g)
     lengths[0] = shape[1]
     return {
@@ -360,9 +358,10 @@ class Yours(Ours):
         table, groups = _table_for(model, ckpt.config, table_name, spec)
         kept = groups & reading.groups
         self.conversion = convert_reading(reading, ckpt.config, table, sorted(kept), str(ckpt.path))
-        absent = _names_of(table, groups - kept) - _names_of(table, kept)
+        absent = _names_of(table, ckpt.config, groups - kept)
+        absent -= _names_of(table, ckpt.config, kept)
         usermodel.load(model, spec, self._tensors(), absent)
-        self.notes = _not_compared(table, groups - kept, kept)
+        self.notes = _not_compared(table, ckpt.config, groups - kept, kept)
         self.anchors = usermodel.anchors(
             table, ckpt.config.num_hidden_layers, set(self.conversion.groups)
         )
@@ -392,22 +391,21 @@ class Yours(Ours):
                 f"--model {self.harness.spec!r}: its forward never uses {names}, which the "
                 f"table says hold the {label}'s output LayerNorm: the table is not this model's"
             )
-        note = f"{label}: your model's forward never uses {names}; not compared"
+        note = f"{label}: your model's forward never uses {names}"
         if note not in self.notes:
             self.notes.append(note)
 
 
-def _not_compared(table, absent: frozenset[str], kept: frozenset[str]) -> list[str]:
+def _not_compared(table, config: BertConfig, absent, kept) -> list[str]:
     """A note for each head of the user's model that the checkpoint has none of (groups that
     share their tensors, a classifier read three ways, named together)."""
     by_names: dict[frozenset, list[str]] = {}
     for group in sorted(absent - {"pooler"}):
-        names = frozenset(_names_of(table, {group}))
-        if not names <= _names_of(table, kept):
+        names = frozenset(_names_of(table, config, {group}))
+        if not names <= _names_of(table, config, kept):
             by_names.setdefault(names, []).append(group)
     return [
-        f"{' / '.join(groups)}: the checkpoint has none; your model's keeps its own weights, "
-        "not compared"
+        f"{' / '.join(groups)}: the checkpoint has none (your model's keeps its own weights)"
         for groups in by_names.values()
     ]
 
@@ -420,12 +418,8 @@ def _table_for(model, config: BertConfig, given: str | None, spec: str):
     tables = [given] if given else [n for n in layout_names() if not refusal(n)]
     for name in tables:
         table = layout(name, config)
-        heads = {g for g in table.groups - table.prefixed if _names_of(table, {g}) <= names}
-        held = frozenset(
-            heads
-            | {g for g in table.groups & table.prefixed if _names_of(table, {g}, heads) <= names}
-        )
-        written = _names_of(table, held, held, encoder=True, relative=config.relative)
+        held = _held(table, config, names)
+        written = _names_of(table, config, held, held, encoder=True)
         if written - own_buffers == names - own_buffers:
             return table, held
         if given:
@@ -446,20 +440,34 @@ def _table_for(model, config: BertConfig, given: str | None, spec: str):
     )
 
 
+def _held(table, config: BertConfig, names: set[str]) -> frozenset[str]:
+    """The groups of `table` whose every name the model has: the heads, then the prefixed
+    groups (transformers' encoder and pooler), named as they are beside those heads."""
+
+    def holds(group: str, beside=frozenset()) -> bool:
+        found = _names_of(table, config, {group}, beside)
+        return bool(found) and found <= names
+
+    heads = {g for g in table.groups - table.prefixed if holds(g)}
+    return frozenset(heads | {g for g in table.groups & table.prefixed if holds(g, heads)})
+
+
 def _names_of(
-    table, groups, beside=frozenset(), encoder: bool = False, relative: bool = False
+    table, config: BertConfig, groups, beside=frozenset(), encoder: bool = False
 ) -> set[str]:
-    """The names a table writes for `groups`, as write_layout writes them beside the groups
-    `beside` (a prefix on some, where a head is there); with the encoder's (and its relative
-    positions', and its buffers) if asked."""
-    parts = set(groups) | ({ENCODER} if encoder else set()) | ({RELATIVE} if relative else set())
+    """The names a table writes for the official tensors of `groups`, as write_layout writes
+    them beside the groups `beside` (a prefix on some, where a head is there); with the
+    encoder's (its relative positions' where config.json has them) and buffers, if asked."""
+    officials = set(shapes(config, sorted(groups)))
+    if not encoder:
+        officials -= set(shapes(config, []))
     prefix = table.prefix if set(beside) - table.prefixed else ""
     rows = {
         (prefix + n if row.group in table.prefixed else n)
         for n, row in table.rows.items()
-        if row.group in parts
+        if set(row.official) & officials
     }
-    tied = {copy for copy, original in table.tied.items() if original in rows}
+    tied = {c for c, o in table.tied.items() if o in rows} if table.writes_tied else set()
     return rows | tied | (set(table.generated) if encoder else set())
 
 

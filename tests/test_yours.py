@@ -1,7 +1,7 @@
 """Your own from-scratch BERT (issue 10): tables from a file, `bertconv infer` writing one for a
 model it has never seen, and `bertconv verify --model` proving parity on the user's own class
 with no change to its code. The models are the seeds' (as their write-ups define them) and a zoo
-written the ways people write BERT (zoo.py)."""
+written the ways people write BERT (zoo/assorted.py; test_zoo.py has the rest of the zoo)."""
 
 import json
 import tomllib
@@ -11,7 +11,6 @@ import pytest
 from safetensors.torch import load_file
 
 import bertconv
-import zoo
 from bertconv import usermodel
 from bertconv.infer import infer
 from bertconv.mapping import TABLES, read_table
@@ -26,7 +25,7 @@ BERT_ZOO = ["FusedBert", "RawBert", "BlocksBert", "OtherOrderBert"]
 
 
 def zoo_model(name: str) -> str:
-    return f"{HERE / 'zoo.py'}:{name}"
+    return f"{HERE / 'zoo' / 'assorted.py'}:{name}"
 
 
 def rows(table: dict) -> dict:
@@ -72,7 +71,7 @@ def test_an_inferred_table_converts_minilm_into_the_models_names_and_verifies(
     assert code == 0, err
     config_dict = json.loads((minilm / "config.json").read_text())
     config = usermodel.config_object(config_dict, bertconv.BertConfig.from_dict(config_dict))
-    model = getattr(zoo, name)(config)
+    model = usermodel.import_factory(zoo_model(name))(config)
     written = load_file(tmp_path / "out" / "model.safetensors")
     model.load_state_dict(written, strict=True)  # the converted file loads into the class itself
     report = verify(str(minilm), "cpu", model=zoo_model(name), model_layout=str(table))
@@ -115,7 +114,7 @@ def test_a_verify_against_the_wrong_table_fails_at_the_first_wrong_layer(inferre
     "spec, message",
     [
         ("nosuchmodule:Bert", "cannot import nosuchmodule (ModuleNotFoundError"),
-        (f"{HERE / 'zoo.py'}:Nothing", "has no class or function 'Nothing'"),
+        (zoo_model("Nothing"), "has no class or function 'Nothing'"),
         ("Bert", "expected PKG.MODULE:NAME or path/to/file.py:NAME"),
         (f"{HERE / 'seed_models.py'}:MinbertModel", "give a function that builds it"),
         (f"{HERE / 'seed_factories.py'}:unusual_call", "no shipped layout names its tensors"),
@@ -200,5 +199,5 @@ def test_the_models_forward_is_called_by_its_parameter_names():
         "NoSegmentsBert": {"tokens": "input_ids", "attn_mask": "attention_mask"},
     }
     for name, expected in spellings.items():
-        model = getattr(zoo, name)(config)
+        model = usermodel.import_factory(zoo_model(name))(config)
         assert usermodel.plan(model, name).arguments == expected

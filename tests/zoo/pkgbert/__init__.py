@@ -1,0 +1,1 @@
+"""A model split over a package: its files import each other relatively."""
