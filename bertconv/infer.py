@@ -14,10 +14,10 @@ per sequence). That settles pairs and roles that names cannot (`g1`/`b1`, `a_2`/
 The first assignment is then checked by running the model with the weights of a random BERT
 against bertconv's own (the class its heads make, which verify proves computes what
 transformers' does, so that infer needs no transformers), part by part: the embeddings, the
-layers, the pooler, the heads. Where a part differs, its alternatives (the query, key and value in another
-order, the LayerNorms the other way round, ...) are tried until one agrees within the float32
-tolerance. A model no assignment makes compute BERT (a pre-LayerNorm block, a missing part) is
-refused, naming where the closest assignment diverges.
+layers, the pooler, the heads. Where a part differs, its alternatives (the query, key and value
+in another order, the LayerNorms the other way round, ...) are tried until one agrees within the
+float32 tolerance. A model no assignment makes compute BERT (a pre-LayerNorm block, a missing
+part) is refused, naming where the closest assignment diverges.
 """
 
 import itertools
