@@ -319,14 +319,17 @@ def infer(
 ) -> None:
     """Write a mapping table for your own BERT.
 
-    Matches your model's tensors to BERT's by layer, shape, registration order and name hints
-    (q/query/Wq, gamma/weight, ln/norm, ...), recognises weights stored transposed (x @ W) and
-    fused query/key/value, and settles what shapes cannot tell apart by running your model
-    against transformers' BertModel with random weights, layer by layer: the table written is
-    one with which every layer agrees within 1e-5. A model that no table makes compute BERT (a
-    pre-LayerNorm block, a missing part) is refused, saying where the closest one diverges
-    (exit 1). Then: `bertconv convert CKPT --to TABLE` and `bertconv verify CKPT --model MODEL
-    --layout TABLE`."""
+    Builds your model on a small config whose sizes all differ and traces one forward at the
+    level of torch functions: how it uses each parameter (one projection's weight and bias, used
+    as F.linear or x @ W; a LayerNorm's gamma and beta, by nn.LayerNorm or by hand; an embedding
+    table; query, key and value fused) and in which order says what each is, whatever its name.
+    Heads too (masked LM with a tied decoder, NSP, classifier, QA). The assignment is checked by
+    running your model with random weights against bertconv's BERT of the same class, part by
+    part, alternatives tried where a part differs; the table written is one with which every
+    output agrees within 1e-5. A model no table makes compute BERT (a pre-LayerNorm block, a
+    pooler without tanh, a missing part) is refused, saying where the closest diverges (exit 1);
+    your code raising or exiting is reported with where (exit 2). Then: `bertconv convert CKPT
+    --to TABLE` and `bertconv verify CKPT --model MODEL --layout TABLE`."""
     from .errors import NotBertError
     from .files import read_json_object
     from .infer import infer as run_infer
@@ -391,8 +394,10 @@ def verify(
     Runs bertconv's model and transformers' (the class the checkpoint's groups make) on the same
     weights and inputs, and compares every layer's hidden states (real tokens only), the pooler,
     and every head's outputs, each row named after its group. With --model, your own class
-    instead: the checkpoint converted into its names and loaded strictly, its hidden states read
-    at the modules the table names, with no change to your code.
+    instead, with no change to your code: its forward called by parameter name (or by
+    elimination; a model without a mask gets padding of its pad id), the checkpoint converted
+    into its names once and loaded strictly, every hidden state read from a trace of its torch
+    calls where it computes it, the pooler as it computes it (no tanh added).
 
     Inputs: text through the checkpoint's own tokenizer (padded, both token types) and a batch
     of random ids. Tolerance: in float32, max abs difference <= 1e-5 (TF32 off); in bfloat16 and
