@@ -46,6 +46,8 @@ PROBE = dict(
     num_labels=5,
 )
 TOLERANCE = 1e-5
+UNUSED = 1 << 30  # the order of a unit the forward never uses
+OUT_OF_ORDER = 6  # assignments run where none is in an order BERT's could be
 PROBE_LENGTH = 20  # tokens in the probe's longest sequence: few, but no other size
 MAX_TRIALS = 400  # candidate tables run before giving up
 WEIGHT_WORDS = {"weight", "w", "gamma", "g", "scale", "kernel", "a"}
@@ -117,7 +119,7 @@ class Unit:
     bias: str | None = None
     kind: str = "other"  # linear, norm, embedding, other
     transposed: bool | None = None  # a projection stored (in, out); None: either, for all we know
-    order: int = 1 << 30  # the first call that uses it (unused: last)
+    order: int = UNUSED  # the first call that uses it
     per_token: bool = True  # a projection applied to every token, or to one per sequence
     lookup: frozenset[str] = frozenset()  # an embedding: the inputs its indices come from
     fused: int = 1  # a projection of several (query, key and value): how many
@@ -511,8 +513,35 @@ def layer_choices(model: Model) -> Iterator[Assignment]:
             flips = {"intermediate": ti, "output": to}
             options += _attention_choices(base, flips, square, fused)
     ranked = sorted(options, key=lambda a: -_score(a, LAYER))
-    for choice in ranked:
+    in_order = [a for a in ranked if _in_order(a)]
+    # A model whose units are used in no order BERT's could be does not compute BERT: a few of
+    # its assignments are run, to say where the closest diverges.
+    for choice in in_order or ranked[:OUT_OF_ORDER]:
         yield from _swaps(choice, ("attention norm", "output norm"))
+
+
+# What each of a layer's units needs computed before it can be: by data, in any BERT.
+BEFORE = {
+    "attention output": ("query", "key", "value"),
+    "attention norm": ("attention output",),
+    "intermediate": ("attention norm",),
+    "output": ("intermediate",),
+    "output norm": ("output",),
+}
+
+
+def _in_order(choice: Assignment) -> bool:
+    """Could the forward have used the units in this order? A unit computed from another is
+    used after it (where the trace saw both used), so the attention's output projection is the
+    square one used last, the first LayerNorm the one used first."""
+    units = choice.units
+    return all(
+        units[role].order > units[earlier].order
+        for role, earlier_roles in BEFORE.items()
+        for earlier in earlier_roles
+        if units[role] is not units[earlier]
+        and max(units[role].order, units[earlier].order) < UNUSED
+    )
 
 
 def _attention_choices(base: dict, flips: dict, square: list[Unit], fused: list[Unit]) -> list:
@@ -598,7 +627,7 @@ def _embedding_score(choice: Assignment) -> float:
     score += 2 * ("token_type_ids" in units["token type embeddings"].lookup)
     score += 2 * (not units["position embeddings"].lookup & {"input_ids", "token_type_ids"})
     score += sum(_hint(u, r) for r, u in units.items())
-    return score - units["embeddings norm"].order / (1 << 30)
+    return score - units["embeddings norm"].order / UNUSED
 
 
 def pooler_choices(model: Model, taken: set[int]) -> list[Assignment]:
@@ -831,6 +860,23 @@ def progress(distances: dict[str, float] | None) -> tuple[int, float]:
     return (done, 0.0)
 
 
+def closeness(distances: dict[str, float] | None) -> tuple[int, float]:
+    """A key that orders candidates, the closest greatest: more outputs that agree, then, at
+    the first that does not, a smaller error (NaN counting as the largest)."""
+    done, error = progress(distances)
+    return done, -error if error == error else float("-inf")
+
+
+def _listed(labels: list[str]) -> str:
+    """`embeddings, layers 1-12, pooler`: outputs named, the layers as a span."""
+    layers = [label for label in labels if label.startswith("layer ")]
+    if len(layers) > 2:
+        span = f"layers 1-{len(layers)}"
+        labels = [label for label in labels if label not in layers[1:]]
+        labels = [span if label == layers[0] else label for label in labels]
+    return ", ".join(labels) or "nothing"
+
+
 def _part(label: str) -> str:
     if label == "embeddings":
         return "embeddings"
@@ -966,7 +1012,7 @@ class Search:
                     break
                 trial = current | {part: option}
                 found = self._try(trial)
-                if _failing_part(found) != part and progress(found) > progress(distances):
+                if _failing_part(found) != part and closeness(found) > closeness(distances):
                     current, distances = trial, found
                     break
         if _failing_part(distances) is None:
@@ -977,7 +1023,7 @@ class Search:
 
     def _try(self, chosen: dict) -> dict | None:
         distances = self.probe.run(self._raw(chosen))
-        if progress(distances) > progress(self.best[1]):
+        if closeness(distances) > closeness(self.best[1]):
             self.best = (chosen, distances)
         return distances
 
@@ -1014,7 +1060,7 @@ class Search:
             u.weight
             for a in chosen.values()
             for u in a.units.values()
-            if u.order == 1 << 30 and u.kind != "embedding"
+            if u.order == UNUSED and u.kind != "embedding"
         ]
         if not unused:
             return []
@@ -1032,8 +1078,8 @@ class Search:
         at = labels[done] if done < len(labels) else "the end"
         return (
             f"no assignment of its tensors makes it compute BERT: the closest matches "
-            f"{', '.join(labels[:done]) or 'nothing'} and diverges at {at} (max abs "
-            f"{error:.3g} against BERT's ({self.probe.model_class})). Its tensors have "
+            f"{_listed(labels[:done])} and diverges at {at} (max abs "
+            f"{error:.3g} against bertconv's {self.probe.model_class}). Its tensors have "
             f"BERT's shapes but it computes something else there: {SUSPECTS[_part(at)]}"
         )
 

@@ -221,3 +221,13 @@ def test_a_model_that_makes_its_own_mask_sees_padding_of_its_pad_id():
         {"input_ids": torch.full((2, 4), 3), "attention_mask": mask, "token_type_ids": mask * 0}
     )
     assert torch.equal(batch["input_ids"] != 3, mask.bool())
+
+
+def test_the_closest_candidate_is_the_one_with_more_agreeing_outputs_then_the_smaller_error():
+    from bertconv.infer import closeness
+
+    near = {"embeddings": 0.0, "layer 1": 2e-3}
+    far = {"embeddings": 0.0, "layer 1": 5.0}
+    further = {"embeddings": 1.0, "layer 1": 0.0}
+    assert closeness(near) > closeness(far) > closeness(further) > closeness(None)
+    assert closeness(far) > closeness({"embeddings": 0.0, "layer 1": float("nan")})
