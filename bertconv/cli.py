@@ -432,6 +432,8 @@ def format_report(report) -> str:
     if report.nonfinite:
         lines.append(f"weights holding NaN or Inf ({len(report.nonfinite)}):")
         lines += [f"  {name}" for name in report.nonfinite]
+    if report.diagnosis is not None:
+        lines.append(report.diagnosis.message())
     if report.passed:
         lines.append("PASSED")
     elif report.nonfinite:

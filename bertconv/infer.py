@@ -148,6 +148,7 @@ class Inference:
     checked: dict[str, float]  # compared output -> max abs difference from BERT's
     trials: int
     reason: str | None = None  # why no table was found
+    diagnosis: object = None  # diagnose.Diagnosis: where and why the closest assignment differs
 
 
 def words(name: str) -> set[str]:
@@ -792,20 +793,25 @@ class Probe:
         self.expected = _outputs(reference, self.batch, self.heads)
         self.trials = 0
 
-    def run(self, raw: dict) -> dict[str, float] | None:
-        """How far the user's model, holding the random weights through table `raw`, is from
-        BERT at each compared output; None where the table does not fit it."""
+    def traced(self, raw: dict):
+        """The user's model holding the random weights through table `raw`, run traced: the
+        run, the table and its groups."""
         from .convert import write_layout
 
-        self.trials += 1
         table = expand(raw, raw["name"], self.config)
         groups = frozenset(raw.get("groups", {}))
         tensors = write_layout(self.official, self.config, table, groups)
+        self.harness.model.load_state_dict(
+            {n: storage.to_torch(t) for n, t in tensors.items()}, strict=False
+        )
+        return self.harness.run(self.batch, guard=False), table, groups
+
+    def run(self, raw: dict) -> dict[str, float] | None:
+        """How far the user's model, holding the random weights through table `raw`, is from
+        BERT at each compared output; None where the table does not fit it."""
+        self.trials += 1
         try:
-            self.harness.model.load_state_dict(
-                {n: storage.to_torch(t) for n, t in tensors.items()}, strict=False
-            )
-            run = self.harness.run(self.batch, guard=False)
+            run, table, groups = self.traced(raw)
         except Exception:  # a wrong candidate may break the user's forward in any way
             return None
         found = usermodel.anchors(table, self.config.num_hidden_layers, set(groups))
@@ -819,6 +825,16 @@ class Probe:
             else float("inf")
             for label, expected in self.expected.items()
         }
+
+    def diagnose(self, raw: dict, row: str):
+        """Where and why the model, through table `raw`, differs inside output `row`."""
+        from .diagnose import diagnose
+
+        run, table, groups = self.traced(raw)
+        anchors = usermodel.anchors(table, self.config.num_hidden_layers, set(groups))
+        pooled = usermodel.read(run, anchors).get("pooler") if row == "pooler" else None
+        weights = {n: storage.to_torch(t) for n, t in self.official.items()}
+        return diagnose(run.trace, table, weights, self.config, row, pooled)
 
 
 def random_weights(config: BertConfig, groups: frozenset[str]) -> dict[str, storage.Tensor]:
@@ -1019,7 +1035,21 @@ class Search:
             raw = self._raw(current)
             text = table_text(raw, self.spec, self._notes(current))
             return Inference(text, distances, self.probe.trials)
-        return Inference(None, self.best[1] or {}, self.probe.trials, self._why())
+        # Said of the likeliest assignment (its earlier parts mended), as close as any in the
+        # outputs it matches: another, of a smaller error by chance, would mislead a diagnosis.
+        if distances is not None and progress(distances)[0] >= progress(self.best[1])[0]:
+            self.best = (current, distances)
+        found = self._diagnosis()
+        reason = self._why(found)
+        return Inference(None, self.best[1] or {}, self.probe.trials, reason, found)
+
+    def _diagnosis(self):
+        """Where and why the closest assignment differs from BERT, taken apart step by step."""
+        chosen, distances = self.best
+        if distances is None:
+            return None
+        row = next(label for label, d in distances.items() if not d <= TOLERANCE)
+        return self.probe.diagnose(self._raw(chosen), row)
 
     def _try(self, chosen: dict) -> dict | None:
         distances = self.probe.run(self._raw(chosen))
@@ -1066,7 +1096,7 @@ class Search:
             return []
         return [f"Never used by its forward (placed by name and shape only): {', '.join(unused)}"]
 
-    def _why(self) -> str:
+    def _why(self, found=None) -> str:
         chosen, distances = self.best
         if distances is None:
             return (
@@ -1079,8 +1109,13 @@ class Search:
         return (
             f"no assignment of its tensors makes it compute BERT: the closest matches "
             f"{_listed(labels[:done])} and diverges at {at} (max abs "
-            f"{error:.3g} against bertconv's {self.probe.model_class}). Its tensors have "
-            f"BERT's shapes but it computes something else there: {SUSPECTS[_part(at)]}"
+            f"{error:.3g} against bertconv's {self.probe.model_class})"
+            + (
+                f".\n{found.message()}"
+                if found is not None and found.step is not None
+                else ". Its tensors have BERT's shapes but it computes something else there: "
+                f"{SUSPECTS[_part(at)]}" + (f"\n{found.message()}" if found else "")
+            )
         )
 
     def _inventory(self) -> str:

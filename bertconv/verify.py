@@ -19,6 +19,7 @@ from .api import build, convert_read, resolve
 from .checkpoint import Checkpoint, read_checkpoint
 from .config import BertConfig
 from .convert import Conversion, convert_reading, read_official
+from .diagnose import Diagnosis
 from .errors import CheckpointError, MissingDependencyError, NotBertError, UsageError
 from .mapping import (
     OFFICIAL,
@@ -93,6 +94,7 @@ class Report:
     rows: list[Comparison] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)  # weights holding NaN or Inf, by name
     notes: list[str] = field(default_factory=list)  # what was not compared, and why
+    diagnosis: Diagnosis | None = None  # where and why the first failing row differs
 
     @property
     def passed(self) -> bool:
@@ -311,6 +313,9 @@ def verify(
                 own = (low[k] - expected[k]).abs().max().item()
                 report.rows.append(_row(k, got[k], expected[k], LOW_PRECISION_FACTOR * own, own))
     report.notes = ours.notes
+    failing = next((r.name for r in report.rows if not r.passed), None)
+    if failing and dtype == "float32" and not report.nonfinite:
+        report.diagnosis = ours.diagnose(failing, batches.values(), ckpt)
     return report
 
 
@@ -332,6 +337,14 @@ class Ours:
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return _outputs(self.model, batch, self.heads)
+
+    def diagnose(self, row: str, batches, ckpt: Checkpoint) -> Diagnosis | None:
+        """bertconv's own model, taken apart like a user's: traced, read through its table."""
+        from . import usermodel
+
+        plan = usermodel.Plan({n: n for n in ("input_ids", "attention_mask", "token_type_ids")})
+        harness = usermodel.Harness(self.model, "bertconv", plan)
+        return _diagnosis(harness, layout("bertconv", ckpt.config), row, batches, ckpt)
 
 
 class Yours(Ours):
@@ -356,6 +369,7 @@ class Yours(Ours):
             ckpt.config_dict.get("architectures"),
         )
         table, groups = _table_for(model, ckpt.config, table_name, spec)
+        self.table = table
         kept = groups & reading.groups
         self.conversion = convert_reading(reading, ckpt.config, table, sorted(kept), str(ckpt.path))
         absent = _names_of(table, ckpt.config, groups - kept)
@@ -367,6 +381,9 @@ class Yours(Ours):
         )
         self.heads = HEAD_OUTPUTS[self.conversion.model_class]
         self.model = model
+
+    def diagnose(self, row: str, batches, ckpt: Checkpoint) -> Diagnosis | None:
+        return _diagnosis(self.harness, self.table, row, batches, ckpt)
 
     def _tensors(self) -> dict[str, torch.Tensor]:
         maps = {}
@@ -394,6 +411,30 @@ class Yours(Ours):
         note = f"{label}: your model's forward never uses {names}"
         if note not in self.notes:
             self.notes.append(note)
+
+
+def _diagnosis(harness, table, row: str, batches, ckpt: Checkpoint) -> Diagnosis | None:
+    """Where and why `row` differs, on the batch that shows a step differing (random ids, padded
+    and of both token types, first); in float32 on the CPU."""
+    from . import usermodel
+    from .diagnose import diagnose
+
+    reading = read_official(
+        ckpt.state_dict, ckpt.config, layout(ckpt.layout, ckpt.config), str(ckpt.path)
+    )
+    weights = {n: storage.to_torch(t).float() for n, t in reading.official.items()}
+    harness.model.to("cpu", torch.float32)
+    anchors = usermodel.anchors(table, ckpt.config.num_hidden_layers, {"pooler"})
+    found = None
+    for batch in reversed(list(batches)):
+        if batch["input_ids"].dim() != 2:  # multiple choice: not taken apart
+            return None
+        run = harness.run(batch)
+        pooled = usermodel.read(run, anchors).get("pooler") if row == "pooler" else None
+        found = diagnose(run.trace, table, weights, ckpt.config, row, pooled)
+        if found is None or found.step is not None:
+            return found
+    return found
 
 
 def _not_compared(table, config: BertConfig, absent, kept) -> list[str]:
