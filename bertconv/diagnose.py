@@ -34,8 +34,8 @@ STEP_TOLERANCE = 1e-6
 CLEAR = 10.0
 EPS = (1e-5, 1e-6, 1e-7, 1e-8, 1e-3)
 ACTIVATIONS: dict[str, tuple[str, Callable]] = {
-    "gelu": ("the exact (erf) GELU", F.gelu),
-    "gelu_new": ("tanh-approximate GELU", lambda x: F.gelu(x, approximate="tanh")),
+    "gelu": ('the exact (erf) GELU ("gelu")', F.gelu),
+    "gelu_new": ('tanh-approximate GELU ("gelu_new")', lambda x: F.gelu(x, approximate="tanh")),
     "gelu_1.41421": (
         "GELU with 1.41421 for sqrt(2)",
         lambda x: 0.5 * x * (1.0 + torch.erf(x / 1.41421)),
@@ -44,7 +44,7 @@ ACTIVATIONS: dict[str, tuple[str, Callable]] = {
         "the sigmoid GELU, x * sigmoid(1.702 x)",
         lambda x: x * torch.sigmoid(1.702 * x),
     ),
-    "relu": ("ReLU", F.relu),
+    "relu": ('ReLU ("relu")', F.relu),
     "silu": ("SiLU (swish)", F.silu),
 }
 ACTIVATIONS["gelu_pytorch_tanh"] = ACTIVATIONS["gelu_new"]
@@ -520,35 +520,28 @@ def attention(q, k, v, mask, config: BertConfig, scale=None, keys=True, invert=F
     return context.permute(0, 2, 3, 1).reshape(B, T, H)
 
 
-def _attention_deviations(own: dict, mask, config: BertConfig) -> dict:
+def _attention_deviations(own: dict, mask, config: BertConfig) -> list:
+    """The attention's deviations, each as attention() computes it."""
     q, k, v = own["query"], own["key"], own["value"]
     d = config.hidden_size // config.num_attention_heads
-    return {
-        f"the scores divided by the head size {d}, not its square root": lambda: attention(
-            q, k, v, mask, config, scale=d
+    scaling = "the attention's scaling"
+    ways = [
+        (f"{scaling}: the scores divided by the head size {d}, not its square root", {"scale": d}),
+        (f"{scaling} left out (BERT divides the scores by sqrt(head size))", {"scale": 1.0}),
+        (
+            f"{scaling}: the scores divided by sqrt(hidden_size), not sqrt(head size)",
+            {"scale": math.sqrt(config.hidden_size)},
         ),
-        "the scores not scaled (BERT divides them by sqrt(head size))": lambda: attention(
-            q, k, v, mask, config, scale=1.0
+        ("no padding mask on the keys (no mask, or one applied to the queries)", {"keys": False}),
+        ("the mask inverted (the padding attended to, the tokens masked)", {"invert": True}),
+        ("the softmax over the queries (dim -2), not the keys", {"axis": -2}),
+        (
+            "the heads split in the other order (head size, heads), not (heads, head size)",
+            {"order": "size"},
         ),
-        "the scores divided by sqrt(hidden_size), not sqrt(head size)": lambda: attention(
-            q, k, v, mask, config, scale=math.sqrt(config.hidden_size)
-        ),
-        "no padding mask on the keys (no mask, or one applied to the queries)": lambda: attention(
-            q, k, v, mask, config, keys=False
-        ),
-        "the mask inverted (the padding attended to, the tokens masked)": lambda: attention(
-            q, k, v, mask, config, invert=True
-        ),
-        "the softmax over the queries (dim -2), not the keys": lambda: attention(
-            q, k, v, mask, config, axis=-2
-        ),
-        "the heads split in the other order (head size, heads), not (heads, head size)": (
-            lambda: attention(q, k, v, mask, config, order="size")
-        ),
-        "the query and the key exchanged (K Q^T, not Q K^T)": lambda: attention(
-            q, k, v, mask, config, swap=True
-        ),
-    }
+        ("the query and the key exchanged (K Q^T, not Q K^T)", {"swap": True}),
+    ]
+    return [(cause, lambda how=how: attention(q, k, v, mask, config, **how)) for cause, how in ways]
 
 
 def pooler_steps(view: Values, weights: dict, config: BertConfig):
