@@ -81,6 +81,8 @@ class Diagnosis:
         worst = max((d for _, d in self.agreeing), default=0.0)
         verb = "agrees" if len(self.agreeing) == 1 else "agree"
         before = f"; {agree} {verb} (<= {worst:.1e})" if agree else ""
+        if self.step is None and self.max_abs != self.max_abs:
+            return f"{self.row}: bertconv could not take it apart step by step ({self.detail})."
         if self.step is None:
             return (
                 f"{self.row}: every step agrees with BERT recomputed from your model's own values"
@@ -128,7 +130,11 @@ def diagnose(
         steps = pooler_steps(view, weights, config)
     else:
         return None
-    return walk(row, steps, view.mask)
+    try:
+        return walk(row, steps, view.mask)
+    except (RuntimeError, ValueError, IndexError, KeyError) as e:
+        # A model laid out in a way no step foresaw: the failing row stands, said plainly.
+        return Diagnosis(row, None, math.nan, detail=f"{type(e).__name__}: {e}"[:300])
 
 
 @dataclass
@@ -152,8 +158,8 @@ def walk(row: str, steps, mask: torch.Tensor) -> Diagnosis:
     """The first step that differs, and the deviation that explains it."""
     agreeing, largest = [], 0.0
     for step in steps:
-        if step.yours is None:
-            continue
+        if step.yours is None or step.yours.shape != step.bert.shape:
+            continue  # not told apart in this model (inside nn.MultiheadAttention, say)
         d0 = distance(step.yours, step.bert, mask)
         scale = max(1.0, float(step.bert.abs().max()))
         cause, d1 = _explained(step, mask, d0, scale)
