@@ -28,10 +28,18 @@ app = typer.Typer(
     "Your own BERT: `infer` writes a table for it, `verify --model` proves it.",
 )
 
+
+def _layout_name(name: str | None) -> str | None:
+    from .mapping import canonical  # torch-free, tomllib only
+
+    return canonical(name)
+
+
 LayoutOption = Annotated[
     str,
     typer.Option(
         "--to",
+        callback=_layout_name,
         help="Layout to write: a shipped one (`bertconv layouts` lists them) or a table file "
         "(./mybert.toml; `bertconv infer` writes one for your model).",
     ),
@@ -47,6 +55,7 @@ FromLayout = Annotated[
     str | None,
     typer.Option(
         "--from",
+        callback=_layout_name,
         help="Layout SOURCE is in, a shipped one or a table file [default: what bertconv "
         "recorded in it, else transformers'].",
     ),
@@ -69,7 +78,21 @@ Groups = Annotated[
 
 
 def say(message: str) -> None:
-    typer.echo(message, err=True)
+    typer.echo(printable(message), err=True)
+
+
+def show(text: str, **kwargs) -> None:
+    """Results on stdout, as say() does messages: strangers' strings never drive the terminal."""
+    typer.echo(printable(text), **kwargs)
+
+
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on (escape sequences, carriage
+    returns, bidirectional overrides) written as its escape; line breaks are kept, for bertconv's
+    own messages have several lines (names from files never hold one: they are refused)."""
+    if text.isprintable() or all(c.isprintable() or c == "\n" for c in text):
+        return text
+    return "".join(c if c.isprintable() or c == "\n" else ascii(c)[1:-1] for c in text)
 
 
 def command(function):
@@ -99,7 +122,7 @@ def layouts() -> None:
     rows = describe_layouts()
     width = max(len(name) for name, _ in rows)
     for name, description in rows:
-        typer.echo(f"{name:{width}s} {description}")
+        show(f"{name:{width}s} {description}")
 
 
 @command
@@ -248,7 +271,7 @@ def inspect(
     from .api import inspect as describe
 
     found = describe(source, revision, from_layout)
-    typer.echo(json.dumps(asdict(found), indent=2) if as_json else format_inspection(found))
+    show(json.dumps(asdict(found), indent=2) if as_json else format_inspection(found))
 
 
 def _listed(names: list[str], most: int = 12) -> str:
@@ -334,29 +357,55 @@ def infer(
     from .files import read_json_object
     from .infer import infer as run_infer
 
+    if out is not None:
+        _check_table_out(out, [model.rpartition(":")[0], config])
     found = run_infer(model, read_json_object(config) if config else None)
     if found.text is None:
         raise NotBertError(f"{model}: {found.reason}")
     checked = ", ".join(f"{k} {v:.1e}" for k, v in found.checked.items())
     say(f"inferred a table for {model} from {found.trials} candidate(s); max abs: {checked}")
     if out is None:
-        typer.echo(found.text, nl=False)
+        show(found.text, nl=False)
         return
     _write_table(out, found.text)
     say(f"wrote {out}")
     typer.echo(out)
 
 
+def _check_table_out(out: Path, reads: list) -> None:
+    """infer writes a table, and replaces nothing but a table: never a file it reads (the model's
+    code, the config), never anything else (`--out mybert.py` for `mybert.toml`)."""
+    from .files import is_present
+    from .mapping import read_table
+
+    for read in reads:
+        if read and Path(read).is_file() and out.exists() and os.path.samefile(out, read):
+            raise UsageError(f"--out {out}: is {read}, which infer reads; choose another --out")
+    if not is_present(out):
+        return
+    if not out.is_file():
+        raise UsageError(f"--out {out}: is not a file; give the path of the table to write")
+    try:
+        read_table(out)
+    except BertconvError:
+        raise UsageError(
+            f"--out {out}: exists and is not a mapping table; infer replaces only a table. "
+            "Choose another --out (a .toml file)"
+        ) from None
+
+
 def _write_table(out: Path, text: str) -> None:
     """Written aside, then renamed into place: never half a table."""
-    import os
+    import secrets
+    from contextlib import suppress
 
-    tmp = out.with_name(f".{out.name}.bertconv-{os.getpid():012x}.partial")
+    tmp = out.with_name(f".{out.name}.bertconv-{secrets.token_hex(6)}.partial")
     try:
         tmp.write_text(text)
         os.replace(tmp, out)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        with suppress(OSError):  # a read-only file system refuses even that
+            tmp.unlink(missing_ok=True)
         raise OutputError(f"{out}: cannot write the table ({e.strerror or e})") from None
 
 
@@ -409,9 +458,9 @@ def verify(
         raise UsageError("--layout names the table of --model's names; give --model too")
     report = run_verify(source, device, dtype, revision, from_layout, model, layout)
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        show(json.dumps(report.to_dict(), indent=2))
     else:
-        typer.echo(format_report(report))
+        show(format_report(report))
     raise typer.Exit(0 if report.passed else 1)
 
 

@@ -11,19 +11,23 @@ Ctrl-C included, what bertconv created is removed again: staged files, and the d
 if bertconv made it.
 """
 
+import errno
 import json
 import os
 import re
 import secrets
 import shutil
 import stat
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
 from .errors import BertconvError, CheckpointError, NotFoundError, OutputError, UsageError
 
 JSON_LIMIT = 64 << 20  # bytes; config.json is ~1 KB, a large shard index ~100 KB
+# Nesting: config.json's deepest fields (task_specific_params) are three or four levels down;
+# written back indented, a deeper file would grow by its depth.
+JSON_DEPTH = 32
 # Staged files: `.NAME.bertconv-<12 hex>.partial`. Only names of this form are ever cleared.
 PARTIAL = re.compile(r"^\..+\.bertconv-[0-9a-f]{12}\.partial$")
 
@@ -76,10 +80,28 @@ def read_json(path: Path, limit: int = JSON_LIMIT):
     if len(data) > limit:
         raise CheckpointError(f"{path}: larger than {limit >> 20} MB; this is not a {path.name}")
     try:
-        return json.loads(data, parse_constant=_no_constants)
+        value = json.loads(data, parse_constant=_no_constants)
     except (ValueError, RecursionError) as e:  # JSONDecodeError, bad UTF-8, too deep, too long
         reason = str(e) or type(e).__name__
         raise CheckpointError(f"{path}: not valid JSON ({reason}); is the file complete?") from None
+    if _depth(value) > JSON_DEPTH:
+        raise CheckpointError(
+            f"{path}: nested more than {JSON_DEPTH} deep; no {path.name} is (config.json's "
+            "deepest field is a few levels down)"
+        )
+    return value
+
+
+def _depth(value) -> int:
+    """How deeply a parsed JSON value nests, without recursing (a value may nest ~1000 deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
 
 
 def read_json_object(path: Path, limit: int = JSON_LIMIT) -> dict:
@@ -137,20 +159,21 @@ class Output:
 
     On entry the directory is made if need be and locked: of two writers into it at once, the
     second waits, then finds the first's result. `stage(name)` gives a path to write `name` to;
-    `commit()` renames the staged files into place in the order they were staged (put the file
-    that marks a complete output last). On a failure before commit, and on Ctrl-C, the staged
-    files are removed, and so is the directory if it was made here and is empty again."""
+    `commit()` puts every staged file in place at once: each file it replaces is kept aside
+    until all are in place, and put back if any fails, with Ctrl-C and SIGTERM held off until
+    the directory is whole (the old or the new). On a failure before commit, and on Ctrl-C, the
+    staged files are removed, and so are the directories made here, if still empty."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.created: list[Path] = []
         self.staged: list[tuple[Path, Path]] = []
+        self.protected: list[Path] = []  # what the command reads: never cleared, never replaced
         self.fd: int | None = None
 
     def __enter__(self) -> "Output":
         try:
             self._lock()
-            self._clear_leftovers()
         except OSError as e:
             self._undo()
             raise OutputError(f"{self.path}: cannot write there ({e.strerror or e})") from None
@@ -172,11 +195,16 @@ class Output:
             ) from error
 
     def _lock(self) -> None:
+        """Lock the directory, made if need be. Another writer may remove a directory it made
+        (it failed) between our finding it and our opening it: then start again."""
         import fcntl
 
-        while True:
-            self._make_directories()
-            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        for _ in range(LOCK_TRIES):
+            try:
+                self._make_directories()
+                fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
             fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed, or the process ends
             try:
                 same = os.path.samestat(os.fstat(fd), os.stat(self.path))
@@ -187,6 +215,7 @@ class Output:
                 return
             # The writer before us made the directory, failed, and removed it: start again.
             os.close(fd)
+        raise OSError(errno.EAGAIN, "other writers keep removing it")
 
     def _make_directories(self) -> None:
         missing = []
@@ -202,14 +231,22 @@ class Output:
             self.created.append(directory)
 
     def _clear_leftovers(self) -> None:
-        """Staged files of a writer that was killed (we hold the lock, so none is writing)."""
+        """Staged files of a writer that was killed (we hold the lock, so none is writing); never
+        one the command reads, nor one of ours."""
+        ours = {tmp.name for tmp, _ in self.staged}
         for name in os.listdir(self.path):
-            if PARTIAL.match(name):
-                (self.path / name).unlink(missing_ok=True)
+            path = self.path / name
+            if PARTIAL.match(name) and name not in ours and not self._reads(path):
+                path.unlink(missing_ok=True)
+
+    def _reads(self, path: Path) -> bool:
+        return any(_same_file(path, source) for source in self.protected)
 
     def check_not_source(self, directory: Path, files: list[Path], names: list[str]) -> None:
         """Refuse to write where the source lives: into its directory (by any spelling), or onto
-        a name that the source reads through (its files may be symlinks)."""
+        a name that the source reads through (its files may be symlinks). What the source reads
+        is never cleared as a leftover either."""
+        self.protected += [directory, *map(Path, files)]
         if self.path.is_dir() and directory.is_dir() and os.path.samefile(self.path, directory):
             raise UsageError(
                 f"{self.path}: is the source directory {directory}; converting in place would "
@@ -232,31 +269,132 @@ class Output:
         return tmp
 
     def copy_in(self, name: str, source: Path) -> None:
-        """Stage a copy of the file `source`, streamed: a file of any size costs no memory."""
-        with open_regular(source) as src, open(self.stage(name), "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        """Stage a copy of the file `source`, streamed: a file of any size costs no memory. A
+        symlink is followed only within the source's own directory (or the Hugging Face cache
+        repository it is a snapshot of): a stranger's link to a private file is refused."""
+        with open_regular(source) as src:
+            confined(source)
+            with open(self.stage(name), "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
 
     def commit(self) -> list[Path]:
-        for tmp, final in self.staged:
-            os.replace(tmp, final)
+        """Every staged file into place, all or none; signals held off meanwhile."""
+        with _signals_held():
+            self._clear_leftovers()
+            kept: list[tuple[Path, Path | None]] = []  # (final, the file it replaced)
+            try:
+                for tmp, final in self.staged:
+                    kept.append((final, _set_aside(final)))
+                    os.replace(tmp, final)
+            except BaseException:
+                _restore(kept)
+                raise
+            for _, aside in kept:
+                if aside is not None:
+                    with suppress(OSError):
+                        aside.unlink()
         done = [final for _, final in self.staged]
         self.staged = []
         return done
 
     def _undo(self) -> None:
-        """Remove what this writer created. Cleaning up must never hide the failure that
-        brought us here, so its own errors are ignored."""
-        for tmp, _ in self.staged:
-            with suppress(OSError):
-                tmp.unlink(missing_ok=True)
-        self.staged = []
-        self._unlock()
-        for directory in reversed(self.created):
-            with suppress(OSError):
-                directory.rmdir()  # only if empty: another writer may have filled it since
-        self.created = []
+        """Remove what this writer created, signals held off. Cleaning up must never hide the
+        failure that brought us here, so its own errors are ignored."""
+        with _signals_held():
+            for tmp, _ in self.staged:
+                with suppress(OSError):
+                    tmp.unlink(missing_ok=True)
+            self.staged = []
+            self._unlock()
+            for directory in reversed(self.created):
+                with suppress(OSError):
+                    directory.rmdir()  # only if empty: another writer may have filled it since
+            self.created = []
 
     def _unlock(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+LOCK_TRIES = 100
+
+
+def _set_aside(final: Path) -> Path | None:
+    """Keep the file `final` will replace, under a name the next run may clear: a hard link
+    (the original stays in place till replaced), or, where links are refused, a rename."""
+    if not os.path.lexists(final):
+        return None
+    aside = final.with_name(f".{final.name}.bertconv-{secrets.token_hex(6)}.partial")
+    try:
+        os.link(final, aside, follow_symlinks=False)
+    except OSError:
+        os.rename(final, aside)
+    return aside
+
+
+def _restore(kept: list[tuple[Path, Path | None]]) -> None:
+    for final, aside in reversed(kept):
+        with suppress(OSError):
+            if aside is None:
+                final.unlink(missing_ok=True)
+            elif _same_file(aside, final):  # not replaced yet; rename() of a file onto a link
+                aside.unlink()  # to it does nothing, and would leave the link
+            else:
+                os.replace(aside, final)
+
+
+@contextmanager
+def _signals_held():
+    """Ctrl-C and SIGTERM wait until the block is done (a commit or a clean-up half done is
+    worse than one a moment late); they are raised again as it ends. (Masking them would not
+    do: torch's threads would take them.)"""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {number: signal.signal(number, lambda n, f: caught.append(n)) for number in held}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(caught):
+            signal.raise_signal(number)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def source_root(directory: Path) -> Path:
+    """How far a source's symlinks may lead: its directory, or, for a snapshot in the Hugging
+    Face cache (whose files are links into the repository's blobs), the cached repository."""
+    directory = Path(directory).resolve()
+    if directory.parent.name == "snapshots" and directory.parent.parent.name.startswith(
+        ("models--", "datasets--", "spaces--")
+    ):
+        return directory.parent.parent
+    return directory
+
+
+def confined(path: Path) -> Path:
+    """`path`, where it (through any symlinks) stays within its source's root; refused, by
+    name, where a link leads out of it."""
+    path = Path(path)
+    root = source_root(path.parent)
+    target = path.resolve()
+    if target != root and root not in target.parents:
+        raise CheckpointError(
+            f"{path}: is a link to {target}, outside the checkpoint's directory; bertconv "
+            "follows links only within it (a stranger's checkpoint could link a private file). "
+            "Copy the file in if you meant it."
+        )
+    return path

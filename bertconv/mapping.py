@@ -14,6 +14,7 @@ official table's are, so that a file is identified by its names and its sizes re
 tensors' shapes without a config.json.
 """
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass
@@ -58,6 +59,9 @@ KEYS = {
 }
 FORMATS = ("safetensors", "tensorflow", "h5")  # h5 is read only
 REQUIRED = ("name", "description", ENCODER)
+MAX_NAME = 1024  # characters in a tensor name
+MAX_GENERATED = 16  # buffers a table makes
+MAX_GENERATED_ELEMENTS = 1 << 22  # elements in all of them: 32 MB of int64
 
 
 class Row(NamedTuple):
@@ -133,6 +137,19 @@ def is_table_file(name: str) -> bool:
     return name.endswith(".toml") or "/" in name
 
 
+def canonical(name: str | None) -> str | None:
+    """A layout's name as bertconv knows it: a path to one of the shipped tables
+    (`mappings/transformers.toml`) is that layout, by name."""
+    if name is None or not is_table_file(name):
+        return name
+    try:
+        path = Path(name).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return name
+    shipped = path.parent == TABLES.resolve() and path.suffix == ".toml"
+    return path.stem if shipped and path.stem in layout_names() else name
+
+
 def _raw(name: str) -> dict:
     return _read(_source(name))
 
@@ -140,6 +157,7 @@ def _raw(name: str) -> dict:
 def _source(name: str) -> str | tuple[str, int, int]:
     """What identifies a table: a shipped one by its name; a file by its path and its state on
     disk, so that a table edited between two calls is read again."""
+    name = canonical(name)
     if not is_table_file(name):
         if name not in layout_names():
             raise UsageError(
@@ -244,7 +262,7 @@ def _content_problems(table: dict, official: bool) -> list[tuple[str, str]]:
         if "classes" in table:
             problems.append(("classes", "only the official table lists classes"))
     names = {name for _, rows in _sections(table) for name in rows}
-    problems += _other_name_problems(table, names)
+    problems += _other_name_problems(table, names) + _name_problems(table)
     if table.get("format", "safetensors") not in FORMATS:
         problems.append(("format", f"one of {', '.join(FORMATS)}"))
     if not all(isinstance(x, str) and x for x in table.get("slots", [])):
@@ -254,6 +272,27 @@ def _content_problems(table: dict, official: bool) -> list[tuple[str, str]]:
         if not all(isinstance(g, str) and g in groups for g in table.get(key, [])):
             problems.append((key, f"a list of this table's groups ({', '.join(sorted(groups))})"))
     return problems
+
+
+def _name_problems(table: dict) -> list[tuple[str, str]]:
+    """Every tensor name a table gives is one a file can hold and a terminal can show:
+    non-empty, printable, not safetensors' own `__metadata__`."""
+    names = [n for _, rows in _sections(table) for n in rows]
+    names += [*table.get("aliases", {}), *table.get("tied", {}), *table.get("generated", {})]
+    names += [n for n in table.get("ignored", []) if isinstance(n, str)]
+    return [(name, why) for name in names if (why := _bad_name(name))]
+
+
+def _bad_name(name: str) -> str | None:
+    if not name:
+        return "an empty tensor name"
+    if name == "__metadata__":
+        return "__metadata__ is safetensors' own key, not a tensor name"
+    if len(name) > MAX_NAME:
+        return f"a tensor name of more than {MAX_NAME} characters"
+    if not name.isprintable():
+        return f"{name!r} holds characters that are not printable"
+    return None
 
 
 def _refused_problems(table: dict) -> list[tuple[str, str]]:
@@ -359,6 +398,8 @@ def _row_targets(spec) -> tuple[list[str], str, str | None]:
 
 
 def _generated_problems(generated: dict) -> list[tuple[str, str]]:
+    if len(generated) > MAX_GENERATED:
+        return [("generated", f"more than {MAX_GENERATED} buffers; a model keeps one or two")]
     return [
         (name, "a generated buffer is { arange = SIZE, shape = [SIZES] }")
         for name, spec in generated.items()
@@ -522,6 +563,7 @@ def _dim(value: int | str, config: BertConfig) -> int:
 def layout(name: str, config: BertConfig) -> Table:
     """The table called `name` (or in the file `name`), expanded for `config`'s number of
     layers."""
+    name = canonical(name)
     return _layout(name, _source(name), _key(config))
 
 
@@ -537,6 +579,8 @@ def expand(raw: dict, name: str, config: BertConfig) -> Table:
     for group, section in _sections(raw):
         for pattern, spec in section.items():
             for i, expanded in enumerate(_expand(pattern, n)):
+                if expanded in rows and name != OFFICIAL:
+                    raise TableError(f"{name}: row {pattern!r} names {expanded!r}, as another does")
                 if expanded not in rows:  # the official groups that share tensors share rows
                     rows[expanded] = _row(expanded, spec, i, group, name == OFFICIAL)
     aliases = _expand_pairs(raw.get("aliases", {}), n)
@@ -549,12 +593,7 @@ def expand(raw: dict, name: str, config: BertConfig) -> Table:
         aliases |= {prefix + a: r for a, r in aliases.items() if r in under}
         aliases |= {prefix + r: r for r in under}
         ignored |= {prefix + i for i in ignored}
-    generated = {
-        key: Generated(
-            key, _dim(spec["arange"], config), tuple(_dim(d, config) for d in spec["shape"])
-        )
-        for key, spec in raw.get("generated", {}).items()
-    }
+    generated = _generated(raw.get("generated", {}), config, name, set(rows))
     requires = frozenset(raw.get("requires", []))
     extra = {"format": raw.get("format", "safetensors"), "slots": tuple(raw.get("slots", []))}
     return Table(
@@ -570,6 +609,28 @@ def expand(raw: dict, name: str, config: BertConfig) -> Table:
         requires,
         **extra,
     )
+
+
+def _generated(raw: dict, config: BertConfig, table: str, rows: set) -> dict[str, Generated]:
+    """The buffers a table makes, for a config: each 0..n-1 in a shape of n elements, all of them
+    together small (a hostile table could ask for gigabytes)."""
+    out = {}
+    for key, spec in raw.items():
+        arange, shape = _dim(spec["arange"], config), tuple(_dim(d, config) for d in spec["shape"])
+        if math.prod(shape) != arange:
+            raise TableError(
+                f"{table}: [generated] {key!r} is arange({arange}) in a shape {shape} of "
+                f"{math.prod(shape)} elements: they must agree"
+            )
+        if key in rows:
+            raise TableError(f"{table}: [generated] {key!r} is a row's name too")
+        out[key] = Generated(key, arange, shape)
+    if sum(g.arange for g in out.values()) > MAX_GENERATED_ELEMENTS:
+        raise TableError(
+            f"{table}: its [generated] buffers hold more than {MAX_GENERATED_ELEMENTS} elements "
+            "together; a model's position ids are far fewer"
+        )
+    return out
 
 
 def _row(name: str, spec, index: int, group: str, official: bool) -> Row:

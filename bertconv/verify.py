@@ -202,8 +202,18 @@ def tokenizer_batch(path: Path, config: BertConfig) -> dict[str, torch.Tensor] |
         return None
     tok.enable_padding(pad_id=config.pad_token_id)
     tok.enable_truncation(config.max_position_embeddings)
-    encodings = tok.encode_batch([a if b is None else (a, b) for a, b in TEXTS])
-    ids = torch.tensor([e.ids for e in encodings])
+    try:
+        encodings = tok.encode_batch([a if b is None else (a, b) for a, b in TEXTS])
+    except Exception as e:  # tokenizers raises its own Exception for a vocabulary it cannot use
+        reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        raise CheckpointError(
+            f"{path}: its tokenizer cannot encode text ({reason}); a BERT vocabulary has [UNK], "
+            "[CLS], [SEP] and [PAD]"
+        ) from None
+    # Truncation keeps the special tokens whatever max_length says: a model of very few
+    # positions gets the first of them.
+    keep = config.max_position_embeddings
+    ids = torch.tensor([e.ids for e in encodings])[:, :keep]
     if ids.numel() and int(ids.max()) >= config.vocab_size:
         raise CheckpointError(
             f"{path}: its tokenizer gives ids up to {int(ids.max())}, but config.json says "
@@ -211,9 +221,9 @@ def tokenizer_batch(path: Path, config: BertConfig) -> dict[str, torch.Tensor] |
         )
     return {
         "input_ids": ids,
-        "attention_mask": torch.tensor([e.attention_mask for e in encodings]),
+        "attention_mask": torch.tensor([e.attention_mask for e in encodings])[:, :keep],
         # A model with one token type (type_vocab_size=1) reads a pair's second part as type 0.
-        "token_type_ids": torch.tensor([e.type_ids for e in encodings]).clamp(
+        "token_type_ids": torch.tensor([e.type_ids for e in encodings])[:, :keep].clamp(
             max=config.type_vocab_size - 1
         ),
     }
@@ -257,7 +267,7 @@ def random_batch(config: BertConfig, length: int = RANDOM_LENGTH) -> dict[str, t
     """Random ids and token types, every row but the first padded to a random length."""
     g = torch.Generator().manual_seed(SEED)
     shape = (RANDOM_BATCH, min(length, config.max_position_embeddings))
-    lengths = torch.randint(2, shape[1] + 1, (shape[0],), generator=g)
+    lengths = torch.randint(min(2, shape[1]), shape[1] + 1, (shape[0],), generator=g)
     lengths[0] = shape[1]
     return {
         "input_ids": torch.randint(0, config.vocab_size, shape, generator=g),
@@ -543,7 +553,12 @@ def _outputs(model, batch: dict[str, torch.Tensor], heads) -> dict[str, torch.Te
         hook = base.pooler.register_forward_hook(lambda m, a, out: pooled.append(out))
     try:
         with torch.inference_mode():
-            theirs = {} if isinstance(model, BertModel) else {"output_hidden_states": True}
+            # return_dict: a config.json may say false, which would give tuples
+            theirs = (
+                {}
+                if isinstance(model, BertModel)
+                else {"output_hidden_states": True, "return_dict": True}
+            )
             out = model(**batch, **theirs)
     finally:
         if hook:
