@@ -30,6 +30,10 @@ MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, which TensorFlow's t
 FOOTER = 48  # two block handles, padded to 40 bytes, then the magic number
 TRAILER = 5  # after each block: its compression type and masked CRC32C
 INDEX_LIMIT = 64 << 20  # bytes, read or spelt out: bert-large's index is 40 KB
+# Entries of an index: a BERT with its optimizer's slots has ~1,200. Each costs a few hundred
+# bytes once read, so that the tensors a 64 MB index could list (millions, of no size) would
+# cost gigabytes.
+MAX_ENTRIES = 100_000
 MAX_SHARDS = 99999  # TensorFlow numbers data files with five digits
 MAX_RANK = 254  # TensorFlow's TensorShape
 VERSION = 1  # of the bundle format, which TensorFlow has written since 2016
@@ -45,6 +49,10 @@ STRING = 7  # DT_STRING: bytes with lengths, not a numeric tensor
 
 class NotABundle(ValueError):
     """The files break the format; the message says where."""
+
+
+class TooMany(NotABundle):
+    """The files keep to the format, but list more than any model's checkpoint does."""
 
 
 # CRC32C, as TensorFlow (and LevelDB) store it: masked, so that a CRC of data holding CRCs
@@ -146,6 +154,8 @@ class Entry:
     """A tensor's BundleEntryProto, parsed: dtype 1, shape 2, shard_id 3, offset 4, size 5,
     crc32c 6, slices 7."""
 
+    __slots__ = ("name", "dtype", "shape", "shard", "offset", "size", "crc", "sliced")
+
     def __init__(self, name: str, data: bytes):
         message = _message(data, {1: int, 2: bytes, 3: int, 4: int, 5: int, 6: int, 7: bytes})
         self.name = name
@@ -179,16 +189,17 @@ def _shape(data: bytes) -> tuple[int, ...]:
 def read_table(path: Path) -> list[tuple[bytes, bytes]]:
     """Every (key, value) of an .index file, in order, held to the format TensorFlow writes:
     each block's checksum checked, the blocks one after another from the file's start (so that
-    no byte is read twice), the keys strictly increasing, INDEX_LIMIT bytes of them at most."""
+    no byte is read twice), the keys strictly increasing, INDEX_LIMIT bytes of them at most, and
+    MAX_ENTRIES tensors (and the header)."""
     with files.open_regular(path) as f:
-        data = f.read(INDEX_LIMIT)
+        data = f.read(min(os.fstat(f.fileno()).st_size, INDEX_LIMIT))  # not a buffer of 64 MB
         if f.read(1):
             raise NotABundle(f"larger than {INDEX_LIMIT >> 20} MB, more than an index of tensors")
     out, end, budget = [], 0, INDEX_LIMIT
     for offset, size in block_handles(data):
         if offset != end:
             raise NotABundle(f"the index points to a block at byte {offset}, not at {end}")
-        entries = _block_entries(_block(data, offset, size), budget)
+        entries = _block_entries(_block(data, offset, size), budget, MAX_ENTRIES + 1 - len(out))
         budget -= sum(len(k) + len(v) for k, v in entries)
         out += entries
         end = offset + size + TRAILER
@@ -205,7 +216,8 @@ def block_handles(data: bytes) -> list[tuple[int, int]]:
         value, at = read_varint(footer, at)
         handles.append(value)
     out = []
-    for _, handle in _block_entries(_block(data, *handles[2:]), INDEX_LIMIT):
+    # A data block holds an entry at least: no more blocks than entries.
+    for _, handle in _block_entries(_block(data, *handles[2:]), INDEX_LIMIT, MAX_ENTRIES + 1):
         offset, at = read_varint(handle, 0)
         out.append((offset, read_varint(handle, at)[0]))
     return out
@@ -225,10 +237,10 @@ def _block(data: bytes, offset: int, size: int) -> bytes:
     return contents
 
 
-def _block_entries(block: bytes, budget: int) -> list[tuple[bytes, bytes]]:
+def _block_entries(block: bytes, budget: int, room: int) -> list[tuple[bytes, bytes]]:
     """A block's entries, prefix-compressed keys made whole. `budget`: the bytes they may take
     (a key may share its every byte with the one before, so a small block could otherwise
-    spell out keys of any total size)."""
+    spell out keys of any total size); `room`: how many there may be."""
     if len(block) < 4:
         raise NotABundle("a block too short to hold its restart count")
     restarts = int.from_bytes(block[-4:], "little")
@@ -248,6 +260,11 @@ def _block_entries(block: bytes, budget: int) -> list[tuple[bytes, bytes]]:
         budget -= len(key) + len(value)
         if budget < 0:
             raise NotABundle(f"its entries spell out more than {INDEX_LIMIT >> 20} MB")
+        if len(out) == room:
+            raise TooMany(
+                f"it lists more than {MAX_ENTRIES} tensors, where a BERT's index (its optimizer's "
+                "slots included) lists ~1,200; bertconv reads no larger index"
+            )
         out.append((key, value))
     return out
 
@@ -366,19 +383,30 @@ def read_bundle(prefix: Path, progress: Callable[[int], None] = lambda n: None) 
     checked (the tensors' by reading them once, in blocks). String tensors are left out (a
     BERT holds none; TF 2's object graph is one)."""
     index = prefix.with_name(prefix.name + ".index")
+    shards, entries = _entries(index)
+    paths: dict[int, Path] = {}  # a data file's path, made once (not once per tensor)
+    tensors, crcs = {}, {}
+    for e in entries:
+        if e.dtype != STRING:
+            tensors[e.name] = _stored(index, prefix, e, shards, paths)
+            crcs[e.name] = e.crc
+    del entries
+    _check_data_files(index, tensors)
+    _check_crcs(tensors, crcs, progress)
+    return tensors
+
+
+def _entries(index: Path) -> tuple[int, list[Entry]]:
+    """The number of data files, and each tensor's entry, of an .index file."""
     try:
         table = read_table(index)
-        shards = _header(table)
-        entries = [Entry(_name(key), value) for key, value in table[1:]]
+        return _header(table), [Entry(_name(key), value) for key, value in table[1:]]
+    except TooMany as e:  # a file that keeps to the format: no advice on damaged downloads
+        raise CheckpointError(f"{index}: {e}") from None
     except NotABundle as e:
         raise CheckpointError(
             f"{index}: not a TensorFlow checkpoint index ({e}). {files.diagnose(index)}"
         ) from None
-    entries = [e for e in entries if e.dtype != STRING]
-    tensors = {e.name: _stored(index, prefix, e, shards) for e in entries}
-    _check_data_files(index, tensors)
-    _check_crcs(tensors, {e.name: e.crc for e in entries}, progress)
-    return tensors
 
 
 def _header(table: list[tuple[bytes, bytes]]) -> int:
@@ -405,7 +433,9 @@ def _name(key: bytes) -> str:
         raise NotABundle(f"a tensor name that is not UTF-8 text ({key[:60]!r})") from None
 
 
-def _stored(index: Path, prefix: Path, entry: Entry, shards: int) -> storage.Stored:
+def _stored(
+    index: Path, prefix: Path, entry: Entry, shards: int, paths: dict[int, Path]
+) -> storage.Stored:
     where = f"{index}: tensor {entry.name!r}"
     if entry.sliced:
         raise CheckpointError(f"{where} is partitioned into slices, which bertconv does not read")
@@ -417,8 +447,10 @@ def _stored(index: Path, prefix: Path, entry: Entry, shards: int) -> storage.Sto
         raise CheckpointError(f"{where} names data file {entry.shard} of {shards}")
     if entry.crc is None:
         raise CheckpointError(f"{where} has no checksum")
+    if entry.shard not in paths:
+        paths[entry.shard] = data_file(prefix, entry.shard, shards)
     t = storage.Stored(
-        data_file(prefix, entry.shard, shards),
+        paths[entry.shard],
         DTYPES[entry.dtype],
         entry.shape,
         entry.offset,

@@ -7,6 +7,7 @@ a file outside the checkpoint opened."""
 import os
 import shutil
 import struct
+import tracemalloc
 from pathlib import Path
 
 import h5py
@@ -15,6 +16,7 @@ import pytest
 from test_hostile import refused, snapshot
 
 from bertconv import tfbundle
+from bertconv.errors import CheckpointError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf"
 INDEX, DATA = "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"
@@ -258,6 +260,28 @@ def test_a_checkpoint_file_that_is_a_fifo_is_not_waited_on(tmp_path, cli):
         shutil.copy(f, src / f.name.replace("bert_model.ckpt", "model.ckpt-2"))
     os.mkfifo(src / "checkpoint")
     refused(convert(cli, src, tmp_path), 4, "checkpoint: is a FIFO, not a file")
+
+
+def test_an_index_listing_more_tensors_than_any_model_is_refused_in_bounded_memory(tmp_path, cli):
+    """Zero-size tensors cost a few bytes of index each but hundreds of bytes once read: 1.5
+    million of them in 24 MB took 1.7 GB and 40 s. The entries are counted as they are read."""
+    builder = tfbundle.TableBuilder()
+    builder.add(tfbundle.HEADER_KEY, tfbundle.HEADER_PROTO)
+    empty = tfbundle.entry_proto(1, (0,), 0, 0, tfbundle.mask(0))
+    for n in range(tfbundle.MAX_ENTRIES + 1):
+        builder.add(b"%08d" % n, empty)
+    src = copied(tmp_path)
+    (src / INDEX).write_bytes(builder.finish())
+    err = refused(convert(cli, src, tmp_path), 4, str(src / INDEX), "more than 100000 tensors")
+    assert "download it again" not in err  # a file that keeps to the format is not damaged
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError):
+            tfbundle.read_bundle(src / "bert_model.ckpt")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, peak  # 16 MB: the entries up to the bound, then refused
 
 
 # tf_model.h5 ----------------------------------------------------------------------------------
