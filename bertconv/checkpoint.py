@@ -39,6 +39,7 @@ TOKENIZER_FILES = (
 # Keys of the safetensors metadata that bertconv writes.
 LAYOUT_KEY, SOURCE_KEY, REVISION_KEY = "bertconv.layout", "bertconv.source", "bertconv.revision"
 HEADS_KEY, GROUPS_KEY = "bertconv.heads", "bertconv.groups"  # the groups asked for, and written
+RECORD_LIMIT = 1 << 16  # bytes of a `checkpoint` file (TensorFlow's lists a few paths)
 BIG = 256 << 20  # bytes: writing this much or more gets a progress bar
 
 
@@ -81,40 +82,68 @@ def _named_weights(path: Path) -> tuple[Path | None, list[Path]]:
 
 
 def tf_checkpoint(directory: Path) -> Path | None:
-    """The .index file of the directory's TensorFlow checkpoint: the only one, or the one its
-    `checkpoint` file names."""
-    indexes = sorted(p for p in directory.glob("*.index") if p.is_file())
-    if not indexes:
-        return None
-    if len(indexes) > 1 and files.is_present(directory / "checkpoint"):
-        with files.open_regular(directory / "checkpoint") as f:
-            text = f.read(1 << 16).decode("utf-8", "replace")
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model_checkpoint_path":
-                return _named_checkpoint(value.strip().strip('"'), indexes, directory)
+    """The .index file of the directory's TensorFlow checkpoint: the one its `checkpoint` file
+    names, where it has one; else the only one."""
+    if files.is_present(directory / "checkpoint"):
+        return _named_checkpoint(directory)
+    indexes = _indexes(directory)
     if len(indexes) > 1:
         raise CheckpointError(
             f"{directory}: holds {len(indexes)} TensorFlow checkpoints "
             f"({', '.join(p.stem for p in indexes)}) and no `checkpoint` file saying which is "
             "the model's; keep one"
         )
-    return indexes[0]
+    return indexes[0] if indexes else None
 
 
-def _named_checkpoint(named: str, indexes: list[Path], directory: Path) -> Path:
-    """The checkpoint that the `checkpoint` file names. TensorFlow 1 wrote where it saved it,
-    often an absolute path on the machine that trained it: its last part is looked for among
-    the directory's own checkpoints, and never opened as a path."""
+def _indexes(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("*.index") if p.is_file())
+
+
+def _named_checkpoint(directory: Path) -> Path:
+    """The checkpoint that the directory's `checkpoint` file names, or none: never another one
+    of the directory's, which TensorFlow would not read. TensorFlow 1 wrote where it saved it,
+    often an absolute path on the machine that trained it: its last part is looked for in the
+    directory, and never opened as a path."""
+    record = directory / "checkpoint"
+    named = _model_checkpoint_path(record)
     last = PurePosixPath(named.replace("\\", "/")).name
-    for index in indexes:
-        if index.stem == last:
-            return index
-    raise CheckpointError(
-        f"{directory / 'checkpoint'}: names {named!r}, which is none of the checkpoints in "
-        f"{directory} ({', '.join(p.stem for p in indexes)}); remove the file, or the "
-        "checkpoints that are not the model's"
-    )
+    index = directory / f"{last}.index"
+    if last in ("", ".", "..") or not files.is_present(index):
+        held = ", ".join(p.stem for p in _indexes(directory)) or "it holds none"
+        raise CheckpointError(
+            f"{record}: names {named!r}, which is none of the checkpoints in {directory} "
+            f"({held}); remove the file, or the checkpoints that are not the model's"
+        )
+    try:
+        files.open_regular(index).close()
+    except BertconvError as e:  # a dangling link, a directory, a FIFO, unreadable
+        raise CheckpointError(
+            f"{record}: names {named!r}, whose index cannot be read: {e}"
+        ) from None
+    return index
+
+
+def _model_checkpoint_path(record: Path) -> str:
+    """What a `checkpoint` file (a text protobuf, CheckpointState) gives as the model's."""
+    with files.open_regular(record) as f:
+        data = f.read(RECORD_LIMIT + 1)
+    if len(data) > RECORD_LIMIT:
+        raise CheckpointError(f"{record}: larger than 64 KB, more than a `checkpoint` file")
+    text = data.decode("utf-8", "replace")
+    named = []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model_checkpoint_path":
+            named.append(value.strip().strip('"'))
+    if len(named) != 1:
+        # TensorFlow reads the last of several; a file that says two things is refused.
+        said = "no model_checkpoint_path" if not named else "model_checkpoint_path twice"
+        raise CheckpointError(
+            f"{record}: gives {said}, so which checkpoint is the model's is unknown; remove "
+            "the file and keep one checkpoint"
+        )
+    return named[0]
 
 
 def _shards(index: Path) -> list[Path]:

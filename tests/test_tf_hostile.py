@@ -284,6 +284,57 @@ def test_an_index_listing_more_tensors_than_any_model_is_refused_in_bounded_memo
     assert peak < 32 << 20, peak  # 16 MB: the entries up to the bound, then refused
 
 
+def with_second_checkpoint(tmp_path: Path) -> Path:
+    src = copied(tmp_path)
+    for f in list(src.glob("bert_model.ckpt.*")):
+        shutil.copy(f, src / f.name.replace("bert_model.ckpt", "model.ckpt-2"))
+    return src
+
+
+def test_a_checkpoint_file_is_honoured_even_beside_one_checkpoint(tmp_path, cli):
+    """It names model.ckpt-2, which is not there: the directory's only other checkpoint is not
+    the one it names, and is not converted in its place."""
+    src = copied(tmp_path)
+    (src / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-2"\n')
+    said = f"names 'model.ckpt-2', which is none of the checkpoints in {src} (bert_model.ckpt)"
+    refused(convert(cli, src, tmp_path), 4, said, "remove the file, or the checkpoints")
+    (src / "checkpoint").write_text('model_checkpoint_path: "bert_model.ckpt"\n')
+    assert convert(cli, src, tmp_path)[0] == 0
+
+
+SPOILED_INDEXES = [
+    ("a directory", lambda p: (p.unlink(), p.mkdir()), "is a directory, not a file"),
+    ("a FIFO", lambda p: (p.unlink(), os.mkfifo(p)), "is a FIFO, not a file"),
+    ("a dangling link", lambda p: (p.unlink(), p.symlink_to(p.parent / "gone")), "no such file"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case, spoil, why", SPOILED_INDEXES, ids=[c[0] for c in SPOILED_INDEXES])
+def test_a_named_checkpoint_whose_index_is_not_a_file_is_refused_not_replaced(
+    case, spoil, why, tmp_path, cli
+):
+    src = with_second_checkpoint(tmp_path)
+    spoil(src / "model.ckpt-2.index")
+    (src / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-2"\n')
+    said = "checkpoint: names 'model.ckpt-2', whose index cannot be read"
+    refused(convert(cli, src, tmp_path), 4, said, f"model.ckpt-2.index: {why}")
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ('all_model_checkpoint_paths: "model.ckpt-2"\n', "gives no model_checkpoint_path"),
+        ('model_checkpoint_path: "bert_model.ckpt"\nmodel_checkpoint_path: "model.ckpt-2"\n',
+         "gives model_checkpoint_path twice"),
+    ],
+    ids=["none", "two"],
+)  # fmt: skip
+def test_a_checkpoint_file_naming_no_one_checkpoint_is_refused(text, said, tmp_path, cli):
+    src = with_second_checkpoint(tmp_path)
+    (src / "checkpoint").write_text(text)
+    refused(convert(cli, src, tmp_path), 4, f"{src / 'checkpoint'}: {said}")
+
+
 # tf_model.h5 ----------------------------------------------------------------------------------
 
 H5 = "tf_model.h5"
