@@ -177,20 +177,22 @@ def _convert_into(src: Source, output: files.Output, to_layout, from_layout, hea
 
 
 def _check_form(form: str, to_layout: str, output: files.Output) -> None:
-    """bertconv writes safetensors and TensorFlow checkpoints; a TensorFlow checkpoint goes into
-    a directory holding no other weights, which would be read before it."""
-    from .checkpoint import WEIGHT_FILES
+    """bertconv writes safetensors and TensorFlow checkpoints. A TensorFlow checkpoint goes into
+    a directory where it reads back as written: one holding no file read before it or in its
+    place (see checkpoint.in_the_way_of_tf); checked before anything is written."""
+    from .checkpoint import in_the_way_of_tf
 
     if form == "h5":
         raise UsageError(
             f"--to {to_layout}: bertconv reads tf_model.h5 files but does not write them; "
             "write google-tf (TensorFlow's own checkpoint format) instead"
         )
-    others = [n for n in WEIGHT_FILES if files.is_present(output.path / n)]
-    if form == "tensorflow" and others:
+    others = in_the_way_of_tf(output.path) if form == "tensorflow" else []
+    if others:
         raise UsageError(
             f"{output.path}: holds {', '.join(others)}, which bertconv would read before a "
-            "TensorFlow checkpoint written beside it; choose another --out"
+            "TensorFlow checkpoint written beside it, or in its place; choose another --out, "
+            "or remove them"
         )
 
 

@@ -8,6 +8,7 @@ a layout that bertconv recognises but never converts (BERT-pytorch's) may come w
 config.json.
 """
 
+import os
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -144,6 +145,19 @@ def _model_checkpoint_path(record: Path) -> str:
             "the file and keep one checkpoint"
         )
     return named[0]
+
+
+def in_the_way_of_tf(directory: Path) -> list[str]:
+    """The files of `directory` that a TensorFlow checkpoint written into it (TF_PREFIX, with
+    TF_CONFIG) would not read back past: other weights, a `checkpoint` file or another
+    checkpoint's index (which would say, or leave open, which checkpoint is the model's), and
+    config.json (read before TF_CONFIG)."""
+    others = {*WEIGHT_FILES, "checkpoint", CONFIG_FILES[0]}
+    return sorted(
+        name
+        for name in os.listdir(directory)
+        if name in others or (name.endswith(".index") and name != f"{TF_PREFIX}.index")
+    )
 
 
 def _shards(index: Path) -> list[Path]:

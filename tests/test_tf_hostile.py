@@ -4,6 +4,7 @@ one that answers), and tf_model.h5 files that lead elsewhere or claim more than 
 gives one message and its documented exit code, never a traceback, a hang, unbounded memory, or
 a file outside the checkpoint opened."""
 
+import json
 import os
 import shutil
 import struct
@@ -452,3 +453,46 @@ def test_a_truncated_h5_file_is_one_message(tmp_path, cli):
     src = copied(tmp_path, "h5_masked_lm")
     (src / H5).write_bytes((src / H5).read_bytes()[:5000])
     refused(convert(cli, src, tmp_path), 4, "not a readable Keras h5 weights file")
+
+
+# Writing a TensorFlow checkpoint --------------------------------------------------------------
+
+
+def _other_checkpoint(out: Path) -> None:
+    for f in (FIXTURES / "bert_tiny").glob("bert_model.ckpt.*"):
+        shutil.copy(f, out / f.name.replace("bert_model.ckpt", "model.ckpt-2"))
+
+
+IN_THE_WAY = [
+    ("another checkpoint", _other_checkpoint, "model.ckpt-2.index"),
+    ("a checkpoint file", lambda out: (out / "checkpoint").write_text("x"), "checkpoint"),
+    ("a stale config.json", lambda out: (out / "config.json").write_text("{}"), "config.json"),
+    ("other weights", lambda out: (out / "pytorch_model.bin").write_bytes(b""),
+     "pytorch_model.bin"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case, plant, named", IN_THE_WAY, ids=[c[0] for c in IN_THE_WAY])
+def test_a_tensorflow_checkpoint_is_never_written_where_another_would_be_read(
+    case, plant, named, checkpoints, tmp_path, cli
+):
+    """A written checkpoint reads back as what was written: into a directory holding what
+    would be read before it or in its place, nothing is written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    plant(out)
+    before = snapshot(out)
+    result = cli("convert", checkpoints["base"], "--to", "google-tf", "--out", out)
+    refused(result, 2, f"{out}: holds {named}", "choose another --out, or remove them")
+    assert snapshot(out) == before
+
+
+def test_a_tensorflow_checkpoint_replaces_the_one_bertconv_wrote_there(checkpoints, tmp_path, cli):
+    out = tmp_path / "out"
+    for source in ("pretraining", "base"):
+        code, _, err = cli("convert", checkpoints[source], "--to", "google-tf", "--out", out)
+        assert code == 0, err
+    config = json.loads((out / "bert_config.json").read_text())
+    assert config["architectures"] == ["BertModel"]
+    back = tfbundle.read_bundle(out / "bert_model.ckpt")
+    assert not any(name.startswith("cls/") for name in back)
