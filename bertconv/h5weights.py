@@ -12,7 +12,8 @@ two layers share is stored under each; the copies must agree.
 HDF5 can make a name lead out of the file (external links, external or virtual datasets): such
 a file is refused, so that only the file itself is ever read. Datasets stored otherwise than
 contiguous (chunked, compressed, compact) are read into memory, IN_MEMORY bytes in all at most,
-whatever size they claim.
+whatever size they claim. Each layer and weight is listed once, so that the work is that of what
+the file holds.
 """
 
 import os
@@ -24,7 +25,7 @@ from .errors import CheckpointError, MissingDependencyError
 DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64", "int32": "I32", "int64": "I64"}
 SIGNATURE = b"\x89HDF\r\n\x1a\n"  # where h5py writes it: at the start of the file
 IN_MEMORY = 64 << 20  # bytes: datasets Keras would not write (chunked, compressed), read whole
-MAX_NAMES = 100_000  # names in a layer_names or weight_names attribute (bert-large: ~400)
+MAX_NAMES = 100_000  # names in the layer_names and weight_names attributes (bert-large: ~400)
 
 
 def read_h5(path: Path) -> dict[str, storage.Tensor]:
@@ -55,26 +56,54 @@ class _Reader:
         self.path, self.size, self.h5py = path, size, h5py
         self.in_memory = IN_MEMORY  # bytes left for datasets read whole
         self.compared = 2 * size  # bytes left for comparing copies of a shared weight
+        self.names = MAX_NAMES  # names left to read from attributes
 
     def weights(self, f) -> dict[str, storage.Tensor]:
         layers = self._names(f, "layer_names")
         if not layers:
             raise CheckpointError(f"{self.path}: has no layer_names: not a Keras h5 weights file")
-        out = {}
+        out, groups = {}, set()
         for layer in layers:
             group = self._object(f, layer, self.h5py.Group)
+            if group.id in groups:  # two names, hard links to one group: its weights read twice
+                raise CheckpointError(
+                    f"{self.path}: lists the layer {layer!r}, which is another listed layer "
+                    "under a second name; Keras stores each layer once: the file was not "
+                    "written by Keras"
+                )
+            groups.add(group.id)
             for weight in self._names(group, "weight_names"):
                 name = weight.split("/", 1)[1] if "/" in weight else weight
                 self._add(out, name, self._tensor(self._object(group, weight, self.h5py.Dataset)))
         return out
 
     def _names(self, node, key: str) -> list[str]:
+        """The names an attribute lists, each once (Keras lists each layer and weight once; a
+        name repeated would be read again for each time it is listed)."""
         shape = node.attrs.get_id(key).shape if key in node.attrs else None
         if shape is None:  # absent, or an empty attribute
             return []
-        if len(shape) > 1 or (shape and shape[0] > MAX_NAMES):
-            raise CheckpointError(f"{self.path}: its {key} attribute is not a list of names")
-        return [_text(n) for n in (node.attrs[key] if shape else [node.attrs[key]])]
+        where = f"{self.path}: its {key} attribute"
+        if node.name != "/":
+            where += f" (of {node.name})"
+        if len(shape) > 1:
+            raise CheckpointError(f"{where} is not a list of names")
+        self.names -= shape[0] if shape else 1
+        if self.names < 0:
+            raise CheckpointError(
+                f"{self.path}: lists more than {MAX_NAMES} layers and weights, where a BERT's "
+                "file lists ~400; bertconv reads no more"
+            )
+        names = [_text(n) for n in (node.attrs[key] if shape else [node.attrs[key]])]
+        seen = set()
+        for name in names:
+            if name in seen:
+                raise CheckpointError(
+                    f"{where} lists {name!r} more than once; Keras lists each once: the file "
+                    "was not written by Keras"
+                )
+            seen.add(name)
+        return names
 
     def _object(self, group, name: str, kind):
         """The object at `name` under `group`, reached through hard links only (an external

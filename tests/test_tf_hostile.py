@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import struct
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from test_hostile import refused, snapshot
 
-from bertconv import tfbundle
+from bertconv import h5weights, tfbundle
 from bertconv.errors import CheckpointError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf"
@@ -453,6 +454,46 @@ def test_a_truncated_h5_file_is_one_message(tmp_path, cli):
     src = copied(tmp_path, "h5_masked_lm")
     (src / H5).write_bytes((src / H5).read_bytes()[:5000])
     refused(convert(cli, src, tmp_path), 4, "not a readable Keras h5 weights file")
+
+
+def _hard_linked_layer(f, tmp_path):
+    f["bert_again"] = f["bert"]  # a second name for the same group
+    f.attrs["layer_names"] = [b"bert", b"bert_again", b"mlm___cls"]
+
+
+def _weight_listed_again(f, tmp_path):
+    names = list(f["bert"].attrs["weight_names"])
+    f["bert"].attrs["weight_names"] = names * 20
+
+
+REPEATED_CASES = [
+    ("a layer 7000 times",
+     lambda f, t: f.attrs.__setitem__("layer_names", np.array([b"bert"] * 7000)),
+     "its layer_names attribute lists 'bert' more than once"),
+    ("a weight again", _weight_listed_again,
+     "its weight_names attribute (of /bert) lists "
+     "'tf_bert_for_masked_lm/bert/embeddings/word_embeddings/weight:0' more than once"),
+    ("a layer under two names", _hard_linked_layer,
+     "lists the layer 'bert_again', which is another listed layer under a second name"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case, spoil, message", REPEATED_CASES, ids=[c[0] for c in REPEATED_CASES])
+def test_an_h5_file_listing_a_layer_or_weight_again_is_refused_at_once(
+    case, spoil, message, tmp_path, cli
+):
+    """Each name listed is a layer or weight read: 7,000 times one layer took 84 s. The
+    work is that of what the file holds, each layer and weight once."""
+    src = spoiled_h5(tmp_path, spoil)
+    start = time.monotonic()
+    refused(convert(cli, src, tmp_path), 4, str(src / H5), message)
+    assert time.monotonic() - start < 5
+
+
+def test_an_h5_file_listing_more_names_than_the_bound_is_refused(tmp_path, cli, monkeypatch):
+    monkeypatch.setattr(h5weights, "MAX_NAMES", 40)  # the fixture lists 2 + 37 + 10
+    src = copied(tmp_path, "h5_masked_lm")
+    refused(convert(cli, src, tmp_path), 4, "lists more than 40 layers and weights")
 
 
 # Writing a TensorFlow checkpoint --------------------------------------------------------------
