@@ -12,11 +12,14 @@ two layers share is stored under each; the copies must agree.
 HDF5 can make a name lead out of the file (external links, external or virtual datasets): such
 a file is refused, so that only the file itself is ever read. Datasets stored otherwise than
 contiguous (chunked, compressed, compact) are read into memory, IN_MEMORY bytes in all at most,
-whatever size they claim. Each layer and weight is listed once, so that the work is that of what
-the file holds.
+counted as HDF5 spends them: whole chunks, each compressed one first inflated here, to at most
+its size. Each layer and weight is listed once, so that the work is that of what the file holds.
 """
 
+import itertools
+import math
 import os
+import zlib
 from pathlib import Path
 
 from . import files, storage
@@ -26,6 +29,9 @@ DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64", "int32": "I32", 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"  # where h5py writes it: at the start of the file
 IN_MEMORY = 64 << 20  # bytes: datasets Keras would not write (chunked, compressed), read whole
 MAX_NAMES = 100_000  # names in the layer_names and weight_names attributes (bert-large: ~400)
+CHUNK_COST = 4096  # bytes: what reading a chunk counts for at least (each is a Python step)
+INFLATE_STEP = 4 << 20  # bytes: a chunk is inflated this much at a time, to count its size
+DEFLATE, SHUFFLE = 1, 2  # HDF5's filter ids for what h5py's compression="gzip", shuffle=True do
 
 
 def read_h5(path: Path) -> dict[str, storage.Tensor]:
@@ -140,13 +146,58 @@ class _Reader:
             if dataset.id.get_storage_size() != size or offset + size > self.size:
                 raise CheckpointError(f"{where}: its bytes do not lie within the file")
             return storage.Stored(self.path, dtype, shape, offset, offset + size)
-        self.in_memory -= size
+        self._charge(dataset, where, size)
+        return storage.InMemory(dtype, shape, dataset[()].tobytes() if size else b"")
+
+    def _charge(self, dataset, where: str, size: int) -> None:
+        """Count reading `dataset` whole against IN_MEMORY, before it is read: its size, or for
+        a chunked one the chunks it touches, each whole (HDF5 inflates a chunk whole, however
+        little of it the dataset uses)."""
+        if dataset.chunks is None:
+            self._spend(size, where, f"{size} bytes")
+            return
+        chunk = dataset.dtype.itemsize * math.prod(dataset.chunks)
+        touched = math.prod(-(-d // c) for d, c in zip(dataset.shape, dataset.chunks, strict=True))
+        cost = touched * max(chunk, CHUNK_COST)
+        self._spend(cost, where, f"{size} bytes in chunks of {chunk}: {cost} bytes to inflate")
+        if _filters(dataset):
+            self._check_chunks(dataset, where, chunk)
+
+    def _spend(self, cost: int, where: str, what: str) -> None:
+        self.in_memory -= cost
         if self.in_memory < 0:
             raise CheckpointError(
-                f"{where} is stored chunked or compressed ({size} bytes), as Keras does not "
-                f"write weights; bertconv reads at most {IN_MEMORY >> 20} MB of such"
+                f"{where} is stored chunked or compressed ({what}), as Keras does not write "
+                f"weights; bertconv reads at most {IN_MEMORY >> 20} MB of such"
             )
-        return storage.InMemory(dtype, shape, dataset[()].tobytes() if size else b"")
+
+    def _check_chunks(self, dataset, where: str, chunk: int) -> None:
+        """Each chunk the dataset touches inflates to at most `chunk` bytes. HDF5's gzip filter
+        inflates a chunk to whatever its data gives (a 1 MB chunk: 1 GB), before it checks the
+        size."""
+        filters = _filters(dataset)
+        other = [name for code, name in filters if code not in (DEFLATE, SHUFFLE)]
+        if other:
+            raise CheckpointError(
+                f"{where} is stored with the HDF5 filter {other[0]!r}; bertconv reads weights "
+                "stored plain, or compressed with gzip (and shuffled)"
+            )
+        # The filter's bit in a chunk's mask is set where the chunk was stored without it.
+        deflate = next((1 << i for i, (code, _) in enumerate(filters) if code == DEFLATE), 0)
+        steps = (range(0, d, c) for d, c in zip(dataset.shape, dataset.chunks, strict=True))
+        for at in itertools.product(*steps):
+            info = dataset.id.get_chunk_info_by_coord(at)
+            if info.byte_offset is None:  # never written: HDF5 gives the fill value
+                continue
+            if info.byte_offset + info.size > self.size:
+                raise CheckpointError(f"{where}: a chunk of it lies past the end of the file")
+            mask, raw = dataset.id.read_direct_chunk(at)
+            inflated = _inflated(raw, chunk, where) if deflate & ~mask else len(raw)
+            if inflated > chunk:
+                raise CheckpointError(
+                    f"{where}: a chunk of it inflates past the {chunk} bytes a chunk holds; "
+                    "the file is damaged, or made to exhaust memory"
+                )
 
     def _add(self, out: dict, name: str, tensor: storage.Tensor) -> None:
         """A weight two layers share (the word embeddings an MLM head ties to) is stored under
@@ -158,6 +209,31 @@ class _Reader:
             if not storage.equal(out[name], tensor):
                 raise CheckpointError(f"{self.path}: holds two different weights named {name!r}")
         out[name] = tensor
+
+
+def _filters(dataset) -> list[tuple[int, str]]:
+    """(id, name) of each filter a dataset's chunks go through when written."""
+    plist = dataset.id.get_create_plist()
+    out = []
+    for n in range(plist.get_nfilters()):
+        code, _, _, name = plist.get_filter(n)
+        out.append((code, _text(name)))
+    return out
+
+
+def _inflated(raw: bytes, limit: int, where: str) -> int:
+    """The size gzip (zlib) data inflates to, counted a step at a time: more than `limit` once
+    it passes it."""
+    z, size, data = zlib.decompressobj(), 0, raw
+    try:
+        while size <= limit:
+            out = z.decompress(data, INFLATE_STEP)
+            size, data = size + len(out), z.unconsumed_tail
+            if z.eof or not (out or data):
+                return size
+    except zlib.error as e:
+        raise CheckpointError(f"{where}: a chunk of it is not gzip data ({e})") from None
+    return size
 
 
 def _text(value) -> str:

@@ -10,6 +10,7 @@ import shutil
 import struct
 import time
 import tracemalloc
+import zlib
 from pathlib import Path
 
 import h5py
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 from test_hostile import refused, snapshot
 
-from bertconv import h5weights, tfbundle
+from bertconv import h5weights, storage, tfbundle
 from bertconv.errors import CheckpointError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf"
@@ -418,7 +419,8 @@ H5_CASES = [
     ("a wrong shape", _wrong_shape, "bert/embeddings/LayerNorm/beta:0 is (9,), config.json"),
     ("copies that differ", _other_copy,
      "holds two different weights named 'bert/embeddings/LayerNorm/beta:0'"),
-    ("a compression bomb", _compression_bomb, "chunked or compressed (4398046511104 bytes)"),
+    ("a compression bomb", _compression_bomb,
+     "chunked or compressed (4398046511104 bytes in chunks of 4194304"),
     ("no layer_names", lambda f, t: f.attrs.__delitem__("layer_names"), "has no layer_names"),
     ("layer_names a matrix", lambda f, t: f.attrs.__setitem__("layer_names", np.zeros((2, 2))),
      "its layer_names attribute is not a list of names"),
@@ -494,6 +496,76 @@ def test_an_h5_file_listing_more_names_than_the_bound_is_refused(tmp_path, cli, 
     monkeypatch.setattr(h5weights, "MAX_NAMES", 40)  # the fixture lists 2 + 37 + 10
     src = copied(tmp_path, "h5_masked_lm")
     refused(convert(cli, src, tmp_path), 4, "lists more than 40 layers and weights")
+
+
+def compressed_bias(make_chunk, size: int = 8, chunk: int = 8):
+    """A spoiler: the MLM bias stored gzip-compressed, `size` floats in chunks of `chunk`, its
+    first chunk's stored bytes made by make_chunk()."""
+
+    def spoil(f, tmp_path):
+        del f["mlm___cls"][BIAS]
+        dataset = f["mlm___cls"].create_dataset(
+            BIAS, (size,), "f4", maxshape=(None,), chunks=(chunk,), compression="gzip"
+        )
+        dataset.id.write_direct_chunk((0,), make_chunk())
+
+    return spoil
+
+
+def deflated_zeros(n: int) -> bytes:
+    """n zero bytes, deflated (zlib's format, as HDF5's gzip filter stores a chunk): ~n/1000."""
+    z, step = zlib.compressobj(9), bytes(1 << 20)
+    return b"".join(z.compress(step[: min(len(step), n - at)]) for at in range(0, n, len(step)))
+
+
+INFLATION_CASES = [
+    # 8 floats in one chunk of 2**26 (256 MB), which HDF5 would inflate whole to read them.
+    ("one vast chunk", compressed_bias(lambda: deflated_zeros(1 << 28) , chunk=1 << 26),
+     "(32 bytes in chunks of 268435456: 268435456 bytes to inflate)"),
+    # A chunk of 32 bytes whose data inflates to 256 MB.
+    ("a chunk inflating past its size", compressed_bias(lambda: deflated_zeros(1 << 28)),
+     "a chunk of it inflates past the 32 bytes a chunk holds"),
+    ("a chunk not gzip", compressed_bias(lambda: b"not deflated at all"),
+     "a chunk of it is not gzip data"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case, spoil, message", INFLATION_CASES, ids=[c[0] for c in INFLATION_CASES]
+)
+def test_a_compressed_weight_is_counted_as_hdf5_inflates_it(case, spoil, message, tmp_path, cli):
+    """What reading a chunked weight costs is the chunks HDF5 inflates, whole: counted, and
+    each chunk's data inflated here to at most its size, before HDF5 reads it."""
+    src = spoiled_h5(tmp_path, spoil)
+    refused(convert(cli, src, tmp_path), 4, f"weight '/mlm___cls/{BIAS}'", message)
+
+
+def test_a_weight_compressed_with_another_filter_is_refused(tmp_path, cli):
+    def spoil(f, tmp_path):
+        bias = f["mlm___cls"][BIAS][()]
+        del f["mlm___cls"][BIAS]
+        f["mlm___cls"].create_dataset(BIAS, data=bias, compression="lzf")
+
+    src = spoiled_h5(tmp_path, spoil)
+    refused(convert(cli, src, tmp_path), 4, "is stored with the HDF5 filter 'lzf'")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"compression": "gzip", "shuffle": True}, {"compression": "gzip"}, {"shuffle": True}, {}],
+    ids=["gzip and shuffle", "gzip", "shuffle", "plain"],
+)
+def test_a_weight_stored_in_chunks_reads_exactly(options, tmp_path):
+    def spoil(f, tmp_path):
+        bias = f["mlm___cls"][BIAS][()]
+        del f["mlm___cls"][BIAS]
+        f["mlm___cls"].create_dataset(BIAS, data=bias, chunks=(7,), **options)
+
+    src = spoiled_h5(tmp_path, spoil)
+    got = h5weights.read_h5(src / H5)["mlm___cls/predictions/bias:0"]
+    with h5py.File(FIXTURES / "h5_masked_lm" / H5, "r") as f:
+        expected = f["mlm___cls"][BIAS][()]
+    assert isinstance(got, storage.InMemory) and got.data == expected.tobytes()
 
 
 # Writing a TensorFlow checkpoint --------------------------------------------------------------
