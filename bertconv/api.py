@@ -220,8 +220,10 @@ def load(
     (BertForPreTraining, BertForSequenceClassification, ..., BertModel); `heads` narrows it:
     False for the encoder and pooler alone, or a list of the groups to keep. Loading is strict:
     every parameter comes from the file, none is left at an initial value."""
+    from .mapping import canonical
+
     src = resolve(source, revision)
-    ckpt = read_checkpoint(src.path, layout, src.weights)
+    ckpt = read_checkpoint(src.path, canonical(layout), src.weights)
     return build(convert_read(ckpt, "bertconv", heads), ckpt.config)
 
 

@@ -46,6 +46,10 @@ INTERESTING = [  # tokens that break parsers, put in place of a byte range
 ]  # fmt: skip
 
 
+# Tensor names a table may try to give: safetensors' own key, nothing, terminal controls.
+ODD_NAMES = ["__metadata__", "", "a\x1b[2J", "line\nPASSED", "x" * 2000, "b0"]
+
+
 class Hang(BaseException):
     """Raised by the alarm: a run took longer than TIMEOUT."""
 
@@ -107,9 +111,14 @@ def json_edit(draw, document):
     for key in path[:-1]:
         parent = parent[key]
     key, old = path[-1], parent[path[-1]]
-    action = draw(st.sampled_from(["set", "nudge", "drop", "rename"]))
+    action = draw(st.sampled_from(["set", "nudge", "drop", "rename", "deep"]))
     if action == "nudge" and isinstance(old, int) and not isinstance(old, bool):
         parent[key] = old + draw(st.integers(-9, 9))
+    elif action == "deep":  # a value nested far deeper than any config's
+        value = None
+        for _ in range(draw(st.integers(20, 900))):
+            value = [value]
+        parent[key] = value
     elif action == "drop":
         del parent[key]
     elif action == "rename" and isinstance(parent, dict):
@@ -392,7 +401,10 @@ def table_mutant(draw, text: str) -> str:
     lines = text.splitlines()
     for _ in range(draw(st.integers(1, 3))):
         kind, at = _entry_mutation(draw, lines, ("retarget", "bytes"))
-        if kind == "retarget" and " = " in lines[at]:
+        if kind == "retarget" and " = " in lines[at] and draw(st.booleans()):
+            key, value = lines[at].split(" = ", 1)  # a name no file can hold, or show
+            lines[at] = f"{json.dumps(draw(st.sampled_from(ODD_NAMES)))} = {value}"
+        elif kind == "retarget" and " = " in lines[at]:
             key = lines[at].split(" = ")[0]
             lines[at] = f"{key} = {json.dumps(draw(JSON_VALUES))}"
         elif kind in ("retarget", "bytes"):
