@@ -191,6 +191,7 @@ def read_tensors(paths: list[Path], index: Path | None = None) -> tuple[dict, di
     state_dict, metadata, where = {}, {}, {}
     for path in paths:
         tensors, meta = _read_weights(path)
+        _check_names(path, tensors)
         clash = state_dict.keys() & tensors.keys()
         if clash:
             raise CheckpointError(f"{path}: repeats tensors of another shard: {sorted(clash)[:5]}")
@@ -206,6 +207,19 @@ def read_tensors(paths: list[Path], index: Path | None = None) -> tuple[dict, di
                 f"says ({', '.join(wrong[:5])}). Download the checkpoint again."
             )
     return state_dict, metadata
+
+
+def _check_names(path: Path, tensors: dict) -> None:
+    """A tensor's name is printed in messages, tables and reports: one that would drive the
+    terminal (an escape sequence, a line break forging a line of verify's report) is refused,
+    shown escaped."""
+    odd = [name for name in tensors if not name.isprintable()]
+    if odd:
+        shown = ", ".join(ascii(name) for name in odd[:5])
+        raise CheckpointError(
+            f"{path}: names tensors with characters that are not printable ({shown}); no "
+            "checkpoint's tensors are named so"
+        )
 
 
 def _read_weights(path: Path) -> tuple[dict, dict[str, str]]:
@@ -257,13 +271,16 @@ def read_checkpoint(
     file by their suffixes, else a pickle)."""
     directory = Path(directory)
     index, weights = _named_weights(named) if named else weight_files(directory)
+    if not named:  # what the user names is theirs; what a directory holds may be a stranger's
+        for path in [*([index] if index else []), *weights]:
+            files.confined(path)
     config_path = next(
         (directory / n for n in CONFIG_FILES if files.is_present(directory / n)),
         directory / CONFIG_FILES[0],
     )
     if not files.is_present(config_path):
         return _unconfigured(directory, config_path, index, weights)
-    config_dict = files.read_json_object(config_path)
+    config_dict = files.read_json_object(files.confined(config_path))  # it is written out again
     config = BertConfig.from_dict(config_dict, source=str(config_path))
     state_dict, metadata = read_tensors(weights, index)
     kind = {".index": "tensorflow", ".h5": "h5"}.get(weights[0].suffix)
@@ -329,12 +346,11 @@ def write_checkpoint(
     leaves the directory as it was. `form`: safetensors (model.safetensors and config.json,
     with the metadata) or tensorflow (bert_model.ckpt.* and bert_config.json, as
     google-research/bert ships them; a TensorFlow checkpoint has no room for metadata)."""
-    import json
 
     for source in tokenizer_files(tokenizer_from):
         out.copy_in(source.name, source)  # copied, never read into memory
     config_name = TF_CONFIG if form == "tensorflow" else CONFIG_FILES[0]
-    out.stage(config_name).write_text(json.dumps(config_dict, indent=2) + "\n")
+    out.stage(config_name).write_text(_config_text(config_dict))
     with _progress(sum(map(storage.nbytes, state_dict.values())), "writing") as bar:
         if form == "tensorflow":
             from . import tfbundle
@@ -347,6 +363,15 @@ def write_checkpoint(
             metadata = {"format": "pt", **metadata}
             storage.write_safetensors(weights, state_dict, metadata, bar.update)
     return out.commit()
+
+
+def _config_text(config_dict: dict) -> str:
+    """config.json as transformers writes it (indented), unless indenting would make a large
+    file several times larger (fields nested deep): then as compact as it came."""
+    import json
+
+    compact = json.dumps(config_dict)
+    return (json.dumps(config_dict, indent=2) if len(compact) < 1 << 20 else compact) + "\n"
 
 
 def read_metadata(path: Path) -> dict[str, str]:

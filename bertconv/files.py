@@ -391,6 +391,8 @@ def confined(path: Path) -> Path:
     path = Path(path)
     root = source_root(path.parent)
     target = path.resolve()
+    if not target.is_file():  # a device, a FIFO, nothing: the reader refuses it as such
+        return path
     if target != root and root not in target.parents:
         raise CheckpointError(
             f"{path}: is a link to {target}, outside the checkpoint's directory; bertconv "

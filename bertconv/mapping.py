@@ -569,18 +569,23 @@ def layout(name: str, config: BertConfig) -> Table:
 
 @cache
 def _layout(name: str, source, config_key: tuple) -> Table:
-    return expand(_read(source), name, BertConfig(**dict(config_key)))
+    where = TABLES / f"{source}.toml" if isinstance(source, str) else source[0]
+    return expand(_read(source), name, BertConfig(**dict(config_key)), str(where))
 
 
-def expand(raw: dict, name: str, config: BertConfig) -> Table:
-    """A table already read (and checked), expanded for `config`'s number of layers."""
+def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -> Table:
+    """A table already read (and checked), expanded for `config`'s number of layers (`where`:
+    its file, for messages)."""
+    where = where or name
     n = config.num_hidden_layers
     rows = {}
     for group, section in _sections(raw):
         for pattern, spec in section.items():
             for i, expanded in enumerate(_expand(pattern, n)):
                 if expanded in rows and name != OFFICIAL:
-                    raise TableError(f"{name}: row {pattern!r} names {expanded!r}, as another does")
+                    raise TableError(
+                        f"{where}: row {pattern!r} names {expanded!r}, as another does"
+                    )
                 if expanded not in rows:  # the official groups that share tensors share rows
                     rows[expanded] = _row(expanded, spec, i, group, name == OFFICIAL)
     aliases = _expand_pairs(raw.get("aliases", {}), n)
@@ -593,7 +598,7 @@ def expand(raw: dict, name: str, config: BertConfig) -> Table:
         aliases |= {prefix + a: r for a, r in aliases.items() if r in under}
         aliases |= {prefix + r: r for r in under}
         ignored |= {prefix + i for i in ignored}
-    generated = _generated(raw.get("generated", {}), config, name, set(rows))
+    generated = _generated(raw.get("generated", {}), config, where, set(rows))
     requires = frozenset(raw.get("requires", []))
     extra = {"format": raw.get("format", "safetensors"), "slots": tuple(raw.get("slots", []))}
     return Table(

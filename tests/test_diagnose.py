@@ -17,7 +17,7 @@ EXPECTED = {
     "eps": ("embeddings", "LayerNorm", "eps 1e-05"),
     "tanh_gelu": ("layer 1", "activation", "tanh-approximate GELU"),
     "gelu_constant": ("layer", "activation", "1.41421"),
-    "relu": ("layer 1", "activation", "ReLU (\"relu\")"),
+    "relu": ("layer 1", "activation", 'ReLU ("relu")'),
     "scale_d": ("layer 1", "attention", "scaling: the scores divided by the head size"),
     "no_scale": ("layer 1", "attention", "scaling left out"),
     "no_mask": ("layer 1", "attention", "no padding mask"),

@@ -240,3 +240,22 @@ def test_strangers_strings_never_reach_the_terminal_raw():
 
     assert printable("name\x1b[2J\rPASSED\u202e") == "name\\x1b[2J\\rPASSED\\u202e"
     assert printable("two\nlines") == "two\nlines"
+
+
+def test_a_tensor_name_that_would_drive_the_terminal_is_refused_escaped(source, tmp_path, cli):
+    tensors = load_file(source / "model.safetensors")
+    tensors["x\x1b[2J\nPASSED"] = tensors.pop("cls.predictions.bias")
+    save_file(tensors, source / "model.safetensors")
+    for command in (["convert", source, "--out", tmp_path / "o"], ["inspect", source]):
+        code, out, err = cli(*command)
+        assert code == 4 and "not printable" in err and "'x\\x1b[2J\\nPASSED'" in err, err
+        assert "\x1b" not in out + err and "\nPASSED" not in out + err
+
+
+def test_a_config_linking_out_of_the_checkpoint_is_refused(source, tmp_path, cli):
+    private = tmp_path / "private.json"
+    private.write_text((source / "config.json").read_text()[:-1] + ', "token": "secret"}')
+    (source / "config.json").unlink()
+    (source / "config.json").symlink_to(private)
+    refused(cli("convert", source, "--out", tmp_path / "o"), 4, "outside the checkpoint")
+    assert not (tmp_path / "o").exists()
