@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from . import files, storage
 from .checkpoint import (
-    GROUPS_KEY,
     HEADS_KEY,
     LAYOUT_KEY,
     REVISION_KEY,
@@ -167,7 +166,6 @@ def _convert_into(src: Source, output: files.Output, to_layout, from_layout, hea
         SOURCE_KEY: src.name,
         REVISION_KEY: src.revision or ckpt.metadata.get(REVISION_KEY, ""),
         HEADS_KEY: heads_asked(heads),
-        GROUPS_KEY: ",".join(sorted(result.groups)),
     }
     # The written file is of the class its groups make (a layout may leave heads out).
     config = ckpt.config_dict | {"architectures": [result.model_class]}

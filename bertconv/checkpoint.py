@@ -39,7 +39,7 @@ TOKENIZER_FILES = (
 )
 # Keys of the safetensors metadata that bertconv writes.
 LAYOUT_KEY, SOURCE_KEY, REVISION_KEY = "bertconv.layout", "bertconv.source", "bertconv.revision"
-HEADS_KEY, GROUPS_KEY = "bertconv.heads", "bertconv.groups"  # the groups asked for, and written
+HEADS_KEY = "bertconv.heads"  # the groups asked for
 RECORD_LIMIT = 1 << 16  # bytes of a `checkpoint` file (TensorFlow's lists a few paths)
 BIG = 256 << 20  # bytes: writing this much or more gets a progress bar
 

@@ -137,7 +137,9 @@ def read_official(
             _check_generated(name, tensor, src, problems)
         elif name in src.rows or name in src.aliases:
             row = src.rows[src.aliases.get(name, name)]
-            for official_name, part in zip(row.official, _unpack(row, tensor, config), strict=True):
+            for official_name, part in zip(
+                row.official, official_parts(row, tensor, config), strict=True
+            ):
                 if official_name in official and not storage.equal(official[official_name], part):
                     problems.values.append(f"{name} differs from the other copy of {official_name}")
                 official[official_name] = part
@@ -345,7 +347,7 @@ def check_convertible(from_layout: str | None, to_layout: str, source: str) -> N
         )
 
 
-def _unpack(row, tensor: storage.Tensor, config: BertConfig) -> list[storage.Tensor]:
+def official_parts(row, tensor: storage.Tensor, config: BertConfig) -> list[storage.Tensor]:
     """The official tensors a row's tensor holds."""
     official = shapes(config, [] if row.group == ENCODER else [row.group])
     return REGISTRY[row.transform].to_official(tensor, [official[o] for o in row.official])

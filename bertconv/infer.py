@@ -918,7 +918,7 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     config = BertConfig.from_dict({**PROBE, **(config_dict or {})}, "--config")
     factory = usermodel.import_factory(spec)
     config_obj = usermodel.config_object(config_dict or {}, config)
-    model = usermodel.build(factory, spec, config_obj)
+    model = usermodel.construct(factory, spec, config_obj)
     harness = usermodel.Harness(
         model, spec, usermodel.plan(model, spec), config.pad_token_id, config.vocab_size
     )

@@ -119,6 +119,13 @@ class Table:
 # Reading tables ---------------------------------------------------------------------------------
 
 
+def forget() -> None:
+    """Forget every table read, so that the next use reads them again (tables are cached for
+    the life of a process; a test that rewrites the shipped ones needs this)."""
+    for cached in (_read, _catalog, _group_names, _layout, _shapes):
+        cached.cache_clear()
+
+
 def layout_names() -> list[str]:
     return sorted(f.stem for f in TABLES.glob("*.toml"))
 

@@ -39,6 +39,8 @@ BAND = 4 << 20  # bytes: a transposed tensor is computed a block of this size at
 ALIGN = 1 << 16  # the kernel's copy step: a pipe's 16 pages
 STEP = 64 << 20  # bytes per copy call, so that progress moves
 PARALLEL = 64 << 20  # ranges from this size are copied in two halves at once
+# Where the kernel will not copy between two files (other file systems, no support): by hand.
+UNCOPYABLE = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}
 
 
 class Stored(NamedTuple):
@@ -557,7 +559,11 @@ def _copy_span(src: int, dst: int, offset: int, position: int, count: int, progr
         step = min(count, STEP)
         try:
             done = kernel_copy(src, dst, step, offset, position)
-        except (OSError, TypeError):  # none here, or not across these file systems
+        except TypeError:  # no copy_file_range here
+            done = os.pwrite(dst, os.pread(src, min(step, CHUNK), offset), position)
+        except OSError as e:
+            if e.errno not in UNCOPYABLE:  # a full disk, say: the write's own error
+                raise
             done = os.pwrite(dst, os.pread(src, min(step, CHUNK), offset), position)
         if done == 0:
             raise CheckpointError(f"source file ended {count} bytes early")

@@ -186,7 +186,7 @@ def _shape(data: bytes) -> tuple[int, ...]:
 # The sorted table (LevelDB's format) --------------------------------------------------------------
 
 
-def read_table(path: Path) -> list[tuple[bytes, bytes]]:
+def read_sstable(path: Path) -> list[tuple[bytes, bytes]]:
     """Every (key, value) of an .index file, in order, held to the format TensorFlow writes:
     each block's checksum checked, the blocks one after another from the file's start (so that
     no byte is read twice), the keys strictly increasing, INDEX_LIMIT bytes of them at most, and
@@ -399,7 +399,7 @@ def read_bundle(prefix: Path, progress: Callable[[int], None] = lambda n: None) 
 def _entries(index: Path) -> tuple[int, list[Entry]]:
     """The number of data files, and each tensor's entry, of an .index file."""
     try:
-        table = read_table(index)
+        table = read_sstable(index)
         return _header(table), [Entry(_name(key), value) for key, value in table[1:]]
     except TooMany as e:  # a file that keeps to the format: no advice on damaged downloads
         raise CheckpointError(f"{index}: {e}") from None

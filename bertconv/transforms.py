@@ -29,7 +29,6 @@ class Transform(NamedTuple):
     fuses: bool  # the row names several official tensors (a list), else one (a string)
     to_layout: Callable[[list[storage.Tensor]], storage.Tensor]
     to_official: Callable[[storage.Tensor, list[Shape]], list[storage.Tensor]]
-    shape: Callable[[list[Shape]], Shape]  # the layout tensor's shape, from the official ones
     ranks: tuple[int, ...]  # the official tensors' ranks it applies to
 
 
@@ -38,10 +37,6 @@ def _split(t: storage.Tensor, shapes: list[Shape]) -> list[storage.Tensor]:
     if not t.shape or t.shape[0] != sum(sizes) or tuple(t.shape[1:]) != tuple(shapes[0][1:]):
         return [t] * len(shapes)  # the wrong size: handed on whole, for the shape check to name
     return storage.split_rows(t, sizes)
-
-
-def _stacked(shapes: list[Shape]) -> Shape:
-    return (sum(s[0] for s in shapes), *shapes[0][1:])
 
 
 def _squeeze(t: storage.Tensor) -> storage.Tensor:
@@ -61,7 +56,6 @@ REGISTRY = {
             False,
             lambda parts: parts[0],
             lambda t, shapes: [t],
-            lambda shapes: shapes[0],
             (1, 2),
         ),
         Transform(
@@ -69,7 +63,6 @@ REGISTRY = {
             False,
             lambda parts: storage.transpose(parts[0]),
             lambda t, shapes: [_untranspose(t) or t],
-            lambda shapes: shapes[0][::-1],
             (2,),
         ),
         Transform(
@@ -77,7 +70,6 @@ REGISTRY = {
             True,
             storage.join_rows,
             _split,
-            _stacked,
             (1, 2),
         ),
         Transform(
@@ -85,7 +77,6 @@ REGISTRY = {
             True,
             lambda parts: storage.transpose(storage.join_rows(parts)),
             lambda t, shapes: _split(_untranspose(t) or t, shapes),
-            lambda shapes: _stacked(shapes)[::-1],
             (2,),
         ),
         Transform(
@@ -93,7 +84,6 @@ REGISTRY = {
             False,
             lambda parts: storage.reshape(parts[0], (1, *parts[0].shape)),
             lambda t, shapes: [_squeeze(t)],
-            lambda shapes: (1, *shapes[0]),
             (1, 2),
         ),
     ]

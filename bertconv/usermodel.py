@@ -240,7 +240,7 @@ def _library(filename: str) -> bool:
 # Building ----------------------------------------------------------------------------------------
 
 
-def build(factory: Callable, spec: str, config: Config) -> nn.Module:
+def construct(factory: Callable, spec: str, config: Config) -> nn.Module:
     """The user's model, built from the config, in eval mode: called with the config, or, where
     its constructor names sizes (`vocab_size, hidden=768, n_layers=12`), with those."""
     kwargs = _size_arguments(factory, config)
@@ -280,7 +280,9 @@ def materialise(model: nn.Module, harness: "Harness", batch: dict) -> None:
             harness.call(harness.prepare(batch))
 
 
-def load(model: nn.Module, spec: str, tensors: dict[str, torch.Tensor], absent: set[str]) -> None:
+def load_weights(
+    model: nn.Module, spec: str, tensors: dict[str, torch.Tensor], absent: set[str]
+) -> None:
     """Strictly: every tensor the model holds comes from the checkpoint, but the buffers it makes
     itself and the tensors of `absent` (heads the checkpoint has none of), and none is left
     over."""

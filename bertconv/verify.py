@@ -366,7 +366,7 @@ class Yours(Ours):
         from . import usermodel
 
         config = usermodel.config_object(ckpt.config_dict, ckpt.config)
-        model = usermodel.build(usermodel.import_factory(spec), spec, config)
+        model = usermodel.construct(usermodel.import_factory(spec), spec, config)
         self.harness = usermodel.Harness(
             model, spec, usermodel.plan(model, spec), config.pad_token_id, config.vocab_size
         )
@@ -384,7 +384,7 @@ class Yours(Ours):
         self.conversion = convert_reading(reading, ckpt.config, table, sorted(kept), str(ckpt.path))
         absent = _names_of(table, ckpt.config, groups - kept)
         absent -= _names_of(table, ckpt.config, kept)
-        usermodel.load(model, spec, self._tensors(), absent)
+        usermodel.load_weights(model, spec, self._tensors(), absent)
         self.notes = _not_compared(table, ckpt.config, groups - kept, kept)
         self.anchors = usermodel.anchors(
             table, ckpt.config.num_hidden_layers, set(self.conversion.groups)

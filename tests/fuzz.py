@@ -212,7 +212,7 @@ def _tf_index_mutant(draw, path: Path) -> bytes:
         contents = draw(byte_mutant(raw[:size]))[:size].ljust(size, b"\0")
         crc = tfbundle.mask(tfbundle.crc32c(contents + b"\0"))
         return contents + b"\0" + crc.to_bytes(4, "little") + raw[size + tfbundle.TRAILER :]
-    table = tfbundle.read_table(path)
+    table = tfbundle.read_sstable(path)
     for _ in range(draw(st.integers(1, 3))):
         kind, at = _entry_mutation(draw, table, ("key", "value"))
         if kind == "key":
@@ -471,9 +471,7 @@ def table_campaign(examples: int, seed: int | None, tally: Tally) -> None:
 
 def _clear_caches() -> None:
     """Forget every table read: the next test reads the shipped ones again."""
-    for cached in (mapping._read, mapping._catalog, mapping._group_names, mapping._layout):
-        cached.cache_clear()
-    mapping._shapes.cache_clear()
+    mapping.forget()
 
 
 # The command --------------------------------------------------------------------------------------

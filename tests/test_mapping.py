@@ -9,7 +9,7 @@ import bertconv.model
 import seed_models
 from bertconv import storage
 from bertconv.config import BertConfig
-from bertconv.convert import _unpack, convert, read_official, write_layout
+from bertconv.convert import convert, official_parts, read_official, write_layout
 from bertconv.errors import CheckpointError, TableError, UsageError
 from bertconv.mapping import (
     TABLES,
@@ -309,7 +309,7 @@ def test_transpose_and_concat_transforms_invert_each_other():
     assert storage.read_bytes(out["pooler_t"]) == storage.from_torch(pooler.T).data
     back = {}
     for name, row in fused.rows.items():
-        back.update(zip(row.official, _unpack(row, out[name], CONFIG), strict=True))
+        back.update(zip(row.official, official_parts(row, out[name], CONFIG), strict=True))
     assert all(storage.equal(back[n], official[n]) for n in back) and len(back) == 4
 
 

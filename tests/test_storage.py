@@ -1,11 +1,11 @@
 """storage.py, the torch-free layer under conversion: files it writes are read back by
 safetensors' own loader, and it streams: peak memory stays near one tensor, not the file."""
 
+import os
 import subprocess
 import sys
 import textwrap
 import threading
-from itertools import pairwise
 
 import pytest
 import torch
@@ -39,56 +39,59 @@ def test_written_files_read_back_with_safetensors_and_keep_the_page_offset(tmp_p
     assert min(t.start for t in written.values()) % 4096 == source_start % 4096
 
 
-def test_spans_cover_the_range_and_start_on_64k_boundaries_after_the_first():
-    for position in (0, 8, 22368, storage.ALIGN - 1, 3 * storage.ALIGN):
-        for count in (0, 5, storage.ALIGN, storage.PARALLEL + storage.ALIGN):
-            threads = storage._spans(1000, position, count)
-            spans = [span for spans in threads for span in spans]
-            assert sorted(spans) == spans and all(n > 0 for _, _, n in spans)
-            assert sum(n for _, _, n in spans) == count
-            for (o, p, n), (o2, p2, _) in pairwise(spans):
-                assert (o + n, p + n) == (o2, p2)  # contiguous on both sides
-                assert p2 % storage.ALIGN == 0
-            assert len(threads) == (2 if count > storage.PARALLEL else 1)
+@pytest.fixture
+def kernel_copies(monkeypatch):
+    """Every copy the kernel is asked for: (thread, source offset, output position, bytes)."""
+    calls, real = [], os.copy_file_range
+
+    def spy(src, dst, count, offset, position):
+        calls.append((threading.get_ident(), offset, position, count))
+        return real(src, dst, count, offset, position)
+
+    monkeypatch.setattr(os, "copy_file_range", spy)
+    return calls
 
 
-def test_large_ranges_are_copied_in_two_halves_at_once(tmp_path, monkeypatch):
-    monkeypatch.setattr(storage, "PARALLEL", 2 * storage.ALIGN)
-    threads = set()
-    copy_span = storage._copy_span
-
-    def spy(*args):
-        threads.add(threading.get_ident())
-        copy_span(*args)
-
-    monkeypatch.setattr(storage, "_copy_span", spy)
+def copied(tmp_path, values: int):
+    """A safetensors file of `values` float32s, written again by bertconv behind a few bytes
+    of its own (so that the copy starts off any boundary): the original and the copy."""
     g = torch.Generator().manual_seed(0)
-    original = {"a": torch.randn(200_000, generator=g), "b": torch.randn(3, generator=g)}
+    original = {"a": torch.randn(values, generator=g), "b": torch.randn(3, generator=g)}
     save_file(original, tmp_path / "in.safetensors")
     stored, _ = storage.read_header(tmp_path / "in.safetensors")
-    renamed = {"ids": storage.arange(5, (5,)), **stored}  # bytes first: the copy starts mid-file
-    storage.write_safetensors(tmp_path / "out.safetensors", renamed, {})
-    back = load_file(tmp_path / "out.safetensors")
+    storage.write_safetensors(
+        tmp_path / "out.safetensors", {"ids": storage.arange(5, (5,)), **stored}, {}
+    )
+    return original, load_file(tmp_path / "out.safetensors")
+
+
+@pytest.mark.parametrize("values", [1, 5000, 200_000])
+def test_a_copy_is_exact_and_every_step_after_the_first_starts_on_64k(
+    values, tmp_path, kernel_copies
+):
+    original, back = copied(tmp_path, values)
     assert all(torch.equal(back[k], v) for k, v in original.items())
-    assert torch.equal(back["ids"], torch.arange(5))
-    assert len(threads) == 2
+    positions = [position for _, _, position, _ in kernel_copies]
+    assert all(p % storage.ALIGN == 0 for p in positions[1:]), positions
+
+
+def test_large_ranges_are_copied_in_two_halves_at_once(tmp_path, kernel_copies):
+    original, back = copied(tmp_path, storage.PARALLEL // 4 + storage.ALIGN)  # over PARALLEL bytes
+    assert all(torch.equal(back[k], v) for k, v in original.items())
+    assert len({thread for thread, *_ in kernel_copies}) == 2
 
 
 def test_a_failure_in_the_copying_thread_is_raised(tmp_path, monkeypatch):
-    monkeypatch.setattr(storage, "PARALLEL", 2 * storage.ALIGN)
-    main = threading.get_ident()
-    copy_span = storage._copy_span
+    main, real = threading.get_ident(), os.copy_file_range
 
-    def fail_elsewhere(*args):
+    def full_elsewhere(src, dst, count, offset, position):
         if threading.get_ident() != main:
             raise OSError(28, "No space left on device")
-        copy_span(*args)
+        return real(src, dst, count, offset, position)
 
-    monkeypatch.setattr(storage, "_copy_span", fail_elsewhere)
-    save_file({"a": torch.zeros(200_000)}, tmp_path / "in.safetensors")
-    stored, _ = storage.read_header(tmp_path / "in.safetensors")
+    monkeypatch.setattr(os, "copy_file_range", full_elsewhere)
     with pytest.raises(OSError, match="No space left"):
-        storage.write_safetensors(tmp_path / "out.safetensors", stored, {})
+        copied(tmp_path, storage.PARALLEL // 4 + storage.ALIGN)
 
 
 def test_to_torch_maps_the_file_and_writes_stay_private(tmp_path):

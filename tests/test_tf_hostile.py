@@ -23,7 +23,7 @@ from bertconv.errors import CheckpointError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf"
 INDEX, DATA = "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"
-TABLE = tfbundle.read_table(FIXTURES / "bert_tiny" / INDEX)  # TensorFlow's (key, value)s
+TABLE = tfbundle.read_sstable(FIXTURES / "bert_tiny" / INDEX)  # TensorFlow's (key, value)s
 NAME = "bert/embeddings/LayerNorm/beta"  # the first tensor: F32 (8,) at offset 0
 LFS = b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"0" * 64 + b"\nsize 27524\n"
 HTML = b"<!DOCTYPE html><html><body>Sign in to continue</body></html>"

@@ -206,7 +206,7 @@ SMALL = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_h
 @pytest.mark.parametrize("name", PLANS)
 def test_any_forward_is_called_by_name_then_by_elimination(name):
     config = usermodel.config_object({}, bertconv.BertConfig(**SMALL))
-    model = usermodel.build(usermodel.import_factory(spec(name)), name, config)
+    model = usermodel.construct(usermodel.import_factory(spec(name)), name, config)
     assert usermodel.plan(model, name).arguments == PLANS[name]
 
 
@@ -214,7 +214,8 @@ def test_a_model_that_makes_its_own_mask_sees_padding_of_its_pad_id():
     """DictBert takes no mask: its padded batch carries the pad id at the padding, and no real
     token is the pad id, so the mask it makes is the batch's."""
     config = usermodel.config_object({}, bertconv.BertConfig(vocab_size=5, pad_token_id=3))
-    model = usermodel.build(usermodel.import_factory(spec("moduledict.py:DictBert")), "m", config)
+    factory = usermodel.import_factory(spec("moduledict.py:DictBert"))
+    model = usermodel.construct(factory, "m", config)
     harness = usermodel.Harness(model, "m", usermodel.plan(model, "m"), 3, 5)
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
     batch = harness.prepare(
