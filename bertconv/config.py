@@ -3,6 +3,7 @@ that commands which only rename tensors never import torch."""
 
 import math
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from .errors import CheckpointError
 
@@ -12,7 +13,6 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 # Fields not named here and not in BertConfig (architectures, dtype, use_cache, ...) do not change
 # the encoder's arithmetic, so they are left out rather than refused.
 ONLY_VALUE = {
-    "model_type": "bert",
     "is_decoder": False,
     "add_cross_attention": False,
 }
@@ -31,6 +31,13 @@ SIZES = {
     "num_labels": 1 << 20,
 }
 PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+
+def architectures() -> list[str]:
+    """The model_types there is a catalog of (mappings/architectures/MODEL_TYPE.toml)."""
+    from . import mappings
+
+    return sorted(p.stem for p in (Path(mappings.__file__).parent / "architectures").glob("*.toml"))
 
 
 @dataclass
@@ -77,6 +84,9 @@ class BertConfig:
             for key, want in ONLY_VALUE.items()
             if key in d and d[key] != want
         ]
+        if "model_type" in d and d["model_type"] not in architectures():
+            known = " or ".join(map(repr, architectures()))
+            problems.append(f"model_type={d['model_type']!r} is not supported (only {known})")
         known = {f.name for f in fields(cls)}
         # pad_token_id and classifier_dropout may be null: their defaults then serve.
         given = {k: v for k, v in d.items() if k in known and (v is not None or k in SIZES)}

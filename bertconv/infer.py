@@ -31,7 +31,7 @@ from torch import nn
 from . import storage, usermodel
 from .config import BertConfig
 from .errors import NotBertError, UsageError
-from .mapping import ENCODER, class_for, expand, layout, shapes
+from .mapping import ENCODER, class_for, expand, layout, outputs, shapes
 from .trace import Trace
 
 # Sizes that all differ, so that a tensor's shape tells what it can be.
@@ -782,11 +782,11 @@ class Probe:
     bias random too, so that none can be mistaken for another), and the batch both read."""
 
     def __init__(self, harness: usermodel.Harness, config: BertConfig, groups: frozenset[str]):
-        from .verify import HEAD_OUTPUTS, _outputs, random_batch
+        from .verify import _outputs, random_batch
 
         self.harness, self.config, self.groups = harness, config, groups
         self.model_class = class_for(set(groups))
-        self.heads = HEAD_OUTPUTS[self.model_class]
+        self.heads = outputs(self.model_class)
         self.official = random_weights(config, groups)
         reference = _reference(self.official, config, self.model_class, groups)
         self.batch = harness.prepare(random_batch(config, PROBE_LENGTH))

@@ -3,15 +3,17 @@ exact name lookups, and which BERT class a file's groups of tensors make.
 
 No tensors here (and no torch): `convert.py` applies what these tables say.
 
-Every table has the same sections: [encoder], then [groups.NAME] (the pooler and each head),
-each a row per tensor; then other names files use ([aliases], [tied], `ignored`), the buffers a
-layout's model expects ([generated]), and a prefix some files put on some groups. The official
-table (`transformers.toml`) is the one whose rows define the official tensors (a row's value is
-its shape); in every other table a row maps one of the layout's names onto official ones. A
-layout whose weights cannot carry over into BERT's (BERT-pytorch's: pre-LayerNorm blocks) is
-recognised, never converted: its table says why (`refused`), and its rows are shapes, as the
-official table's are, so that a file is identified by its names and its sizes read off its
-tensors' shapes without a config.json.
+The architecture (mappings/architectures/bert.toml, keyed by config.json's model_type) is the
+catalog: BERT's tensors with their shapes, grouped as the encoder and each head (the pooler
+counts as one), transformers' classes with their groups and outputs, and where each compared
+output is read. Every layout's table (mappings/*.toml, transformers' an ordinary one) has the
+same sections: [encoder], then [groups.NAME], each a row per tensor mapping one of the
+layout's names onto the architecture's; then other names files use ([aliases], [tied],
+`ignored`), the buffers a layout's model expects ([generated]), and a prefix some files put on
+some groups. A layout whose weights cannot carry over into BERT's (BERT-pytorch's:
+pre-LayerNorm blocks) is recognised, never converted: its table says why (`refused`), and its
+rows are shapes, so that a file is identified by its names and its sizes read off its tensors'
+shapes without a config.json.
 """
 
 import math
@@ -52,7 +54,7 @@ KEYS = {
     "aliases": dict,
     "tied": dict,
     "generated": dict,
-    "classes": dict,  # the official table only
+    "write_tied": bool,  # are [tied] copies written (true: a user's model holds them by name)
     # A layout recognised but never converted: why its weights cannot carry over. Its rows are
     # shapes, and map no official tensor.
     REFUSED: str,
@@ -96,13 +98,14 @@ class Table:
     prefixed: frozenset[str]
     requires: frozenset[str]  # groups the layout's model cannot do without
     format: str = "safetensors"  # the files its checkpoints are
+    write_tied: bool = True
     slots: tuple[str, ...] = ()  # a row's name + one of these: an optimizer's slot, skipped
 
     @property
     def writes_tied(self) -> bool:
         """Are tied copies written? A user's model holds them by name; transformers' classes
-        tie them themselves on loading, so the official layout's are never written."""
-        return self.name != OFFICIAL
+        tie them themselves on loading (its table says so)."""
+        return self.write_tied
 
     @property
     def relative(self) -> bool:
@@ -122,7 +125,7 @@ class Table:
 def forget() -> None:
     """Forget every table read, so that the next use reads them again (tables are cached for
     the life of a process; a test that rewrites the shipped ones needs this)."""
-    for cached in (_read, _catalog, _group_names, _layout, _shapes):
+    for cached in (_read, _catalog, _group_names, _layout, _shapes, architecture):
         cached.cache_clear()
 
 
@@ -211,8 +214,7 @@ def read_table(path: Path) -> dict:
         table = tomllib.loads(text)
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
         raise TableError(f"{path}: not a TOML table ({e or type(e).__name__})") from None
-    official = path.stem == OFFICIAL and path.parent == TABLES
-    problems = _schema_problems(table) or _content_problems(table, official)
+    problems = _schema_problems(table) or _content_problems(table)
     if problems:
         lines = [f"  {_line(text, key)}: {problem}" for key, problem in problems[:LISTED]]
         raise TableError(f"{path}: not a valid mapping table:\n" + "\n".join(lines))
@@ -251,23 +253,11 @@ def _sections(table: dict) -> list[tuple[str, dict]]:
     ]
 
 
-def _content_problems(table: dict, official: bool) -> list[tuple[str, str]]:
-    if official or REFUSED in table:  # rows that describe tensors, mapping none onto another
-        kind = "an official" if official else "a recognised-only layout's"
-        problems = [
-            (name, f"{kind} row's value is its shape: a list of sizes or config.json fields")
-            for _, rows in _sections(table)
-            for name, dims in rows.items()
-            if not isinstance(dims, list) or not all(_is_dim(d) for d in dims)
-        ]
-        if official:
-            problems += _class_problems(table.get("classes", {}), set(table.get("groups", {})))
-        else:
-            problems += _refused_problems(table)
+def _content_problems(table: dict) -> list[tuple[str, str]]:
+    if REFUSED in table:  # rows that describe tensors, mapping none onto another
+        problems = _shape_problems(table, "a recognised-only layout's") + _refused_problems(table)
     else:
         problems = _row_problems(table) + _generated_problems(table.get("generated", {}))
-        if "classes" in table:
-            problems.append(("classes", "only the official table lists classes"))
     names = {name for _, rows in _sections(table) for name in rows}
     problems += _other_name_problems(table, names) + _name_problems(table)
     if table.get("format", "safetensors") not in FORMATS:
@@ -302,6 +292,15 @@ def _bad_name(name: str) -> str | None:
     return None
 
 
+def _shape_problems(table: dict, kind: str) -> list[tuple[str, str]]:
+    return [
+        (name, f"{kind} row's value is its shape: a list of sizes or config.json fields")
+        for _, rows in _sections(table)
+        for name, dims in rows.items()
+        if not isinstance(dims, list) or not all(_is_dim(d) for d in dims)
+    ]
+
+
 def _refused_problems(table: dict) -> list[tuple[str, str]]:
     """A layout recognised only says why it is never converted, and names its groups as the
     official table does (its rows are the tensors of those heads in that layout)."""
@@ -312,17 +311,33 @@ def _refused_problems(table: dict) -> list[tuple[str, str]]:
     ]
     if not table[REFUSED].strip():
         problems.append((REFUSED, "says nothing: why the layout's weights cannot carry over"))
-    if "classes" in table:
-        problems.append(("classes", "only the official table lists classes"))
     return problems
 
 
 def _class_problems(classes: dict, groups: set[str]) -> list[tuple[str, str]]:
-    return [
-        (name, f"a class is a list of groups ({', '.join(sorted(groups))})")
-        for name, wanted in classes.items()
-        if not isinstance(wanted, list) or not all(g in groups for g in wanted)
-    ]
+    """A class names the groups its files hold, and its outputs: [row, output, token or
+    sequence], each row named after one of those groups."""
+    problems = []
+    for name, spec in classes.items():
+        wanted = spec.get("groups") if isinstance(spec, dict) else None
+        outputs = spec.get("outputs") if isinstance(spec, dict) else None
+        if not isinstance(wanted, list) or not all(g in groups for g in wanted):
+            problems.append((name, f"groups: a list of groups ({', '.join(sorted(groups))})"))
+        elif not isinstance(outputs, list) or not all(_is_output(o, wanted) for o in outputs):
+            problems.append(
+                (name, 'outputs: a list of ["GROUP ...", "output", "token"|"sequence"]')
+            )
+    return problems
+
+
+def _is_output(output, groups: list[str]) -> bool:
+    return (
+        isinstance(output, list)
+        and len(output) == 3
+        and all(isinstance(x, str) for x in output)
+        and output[0].split(" ")[0] in groups
+        and output[2] in ("token", "sequence")
+    )
 
 
 def _other_name_problems(table: dict, names: set[str]) -> list[tuple[str, str]]:
@@ -493,13 +508,41 @@ def _matchers(name: str) -> list[tuple[re.Pattern, list]]:
     ]
 
 
-# The official catalog: tensors, groups, classes -------------------------------------------------
+# The architecture: tensors, groups, classes -------------------------------------------------------
+
+ARCHITECTURES = TABLES / "architectures"  # one file per model_type
+ARCHITECTURE_KEYS = {"model_type": str, "config_class": str, ENCODER: dict, RELATIVE: dict,
+                     "groups": dict, "classes": dict, "anchors": dict}  # fmt: skip
+
+
+@cache
+def architecture(model_type: str = "bert") -> dict:
+    """The catalog of an architecture (mappings/architectures/MODEL_TYPE.toml): its tensors with
+    their shapes, by group; transformers' classes with their groups and outputs; where each
+    compared output is read in a model. Held to its schema as a table is."""
+    path = ARCHITECTURES / f"{model_type}.toml"
+    from .files import open_regular
+
+    with open_regular(path) as f:
+        catalog = tomllib.loads(f.read().decode("utf-8"))
+    problems = [(k, "missing, or not of its type") for k, kind in ARCHITECTURE_KEYS.items()
+                if not isinstance(catalog.get(k), kind)]  # fmt: skip
+    if not problems:
+        groups = set(catalog["groups"])
+        problems = _shape_problems(catalog, "an architecture's")
+        problems += _class_problems(catalog["classes"], groups)
+        problems += [(k, "not a group nor a hidden state") for k in catalog["anchors"]
+                     if k not in groups | {"embeddings", "layer"}]  # fmt: skip
+    if problems:
+        lines = [f"  {key}: {problem}" for key, problem in problems[:LISTED]]
+        raise TableError(f"{path}: not a valid architecture:\n" + "\n".join(lines))
+    return catalog
 
 
 @cache
 def _catalog() -> dict[str, dict[str, list]]:
     """Official tensor patterns with their shapes, by group (the encoder first)."""
-    return dict(_sections(_raw(OFFICIAL)))
+    return dict(_sections(architecture()))
 
 
 @cache
@@ -509,14 +552,26 @@ def _group_names() -> dict[str, frozenset[str]]:
 
 
 def group_names() -> list[str]:
-    """Every group, in the official table's order."""
+    """Every group, in the architecture's order."""
     return list(_group_names())
 
 
 def classes() -> dict[str, list[str]]:
     """transformers' BERT classes, each with the groups its files hold, in the order they are
     tried when a file is identified."""
-    return _raw(OFFICIAL)["classes"]
+    return {name: spec["groups"] for name, spec in architecture()["classes"].items()}
+
+
+def outputs(model_class: str) -> list[tuple[str, str, bool]]:
+    """What a class computes beyond the hidden states and the pooler: (verify's row, transformers'
+    output name, per token)."""
+    specs = architecture()["classes"][model_class]["outputs"]
+    return [(row, output, kind == "token") for row, output, kind in specs]
+
+
+def anchors() -> dict[str, list[str]]:
+    """The official tensors whose last use in a forward gives each compared output."""
+    return architecture()["anchors"]
 
 
 def class_for(groups: set[str] | frozenset[str]) -> str:
@@ -589,12 +644,11 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
     for group, section in _sections(raw):
         for pattern, spec in section.items():
             for i, expanded in enumerate(_expand(pattern, n)):
-                if expanded in rows and name != OFFICIAL:
+                if expanded in rows:
                     raise TableError(
                         f"{where}: row {pattern!r} names {expanded!r}, as another does"
                     )
-                if expanded not in rows:  # the official groups that share tensors share rows
-                    rows[expanded] = _row(expanded, spec, i, group, name == OFFICIAL)
+                rows[expanded] = _row(expanded, spec, i, group)
     aliases = _expand_pairs(raw.get("aliases", {}), n)
     tied = _expand_pairs(raw.get("tied", {}), n)
     ignored = {e for pattern in raw.get("ignored", []) for e in _expand(pattern, n)}
@@ -607,7 +661,11 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         ignored |= {prefix + i for i in ignored}
     generated = _generated(raw.get("generated", {}), config, where, set(rows))
     requires = frozenset(raw.get("requires", []))
-    extra = {"format": raw.get("format", "safetensors"), "slots": tuple(raw.get("slots", []))}
+    extra = {
+        "format": raw.get("format", "safetensors"),
+        "slots": tuple(raw.get("slots", [])),
+        "write_tied": raw.get("write_tied", True),
+    }
     return Table(
         name,
         raw["description"],
@@ -645,9 +703,7 @@ def _generated(raw: dict, config: BertConfig, table: str, rows: set) -> dict[str
     return out
 
 
-def _row(name: str, spec, index: int, group: str, official: bool) -> Row:
-    if official:  # the official table's rows define the tensors: each is its own name
-        return Row(name, (name,), "rename", group)
+def _row(name: str, spec, index: int, group: str) -> Row:
     if isinstance(spec, list):  # a shape: a layout recognised only holds no official tensor
         return Row(name, (), "rename", group)
     targets, transform, _ = _row_targets(spec)

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from . import mapping
 from .config import BertConfig
 from .errors import CheckpointError, UsageError, UserCodeError
 from .mapping import Table
@@ -462,22 +463,6 @@ class Harness:
 
 # Reading what the model computed ---------------------------------------------------------------
 
-# The official tensors whose last use returns each hidden state, and each head's outputs.
-ANCHORS = {
-    "embeddings": ("embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"),
-    "layer": (
-        "encoder.layer.{layer}.output.LayerNorm.weight",
-        "encoder.layer.{layer}.output.LayerNorm.bias",
-    ),
-    "pooler": ("pooler.dense.weight", "pooler.dense.bias"),
-    "mlm": ("cls.predictions.bias",),
-    "nsp": ("cls.seq_relationship.weight", "cls.seq_relationship.bias"),
-    "classifier": ("classifier.weight", "classifier.bias"),
-    "token_classifier": ("classifier.weight", "classifier.bias"),
-    "choice": ("classifier.weight", "classifier.bias"),
-    "qa": ("qa_outputs.weight", "qa_outputs.bias"),
-}
-
 
 def anchors(table: Table, layers: int, groups: set[str]) -> dict[str, set[str]]:
     """{hidden state or head: the user's tensors whose last use returns it}, through `table`:
@@ -490,7 +475,7 @@ def anchors(table: Table, layers: int, groups: set[str]) -> dict[str, set[str]]:
         for official in table.rows[original].official:
             holders.setdefault(official, set()).add(copy)
     out = {}
-    for key, officials in ANCHORS.items():
+    for key, officials in mapping.anchors().items():
         if key not in ("embeddings", "layer") and key not in groups:
             continue
         labels = [f"layer {i + 1}" for i in range(layers)] if key == "layer" else [key]
@@ -544,7 +529,7 @@ def at_real_positions(value: torch.Tensor, mask: torch.Tensor, label: str) -> to
 
 def outputs(run: Run, found: dict[str, set[str]], heads) -> tuple[dict, list[str]]:
     """The compared outputs of a traced forward: hidden states and the pooler at their anchors,
-    and each head's outputs as the rows `heads` names (verify.HEAD_OUTPUTS); and the anchors its
+    and each head's outputs as the rows `heads` names (mapping.outputs); and the anchors its
     forward never used."""
     named, unused = {}, []
     for label, value in read(run, found).items():

@@ -23,9 +23,11 @@ from .diagnose import Diagnosis
 from .errors import CheckpointError, MissingDependencyError, NotBertError, UsageError
 from .mapping import (
     OFFICIAL,
+    architecture,
     classes,
     layout,
     layout_names,
+    outputs,
     recognised_only,
     refusal,
     shapes,
@@ -47,26 +49,6 @@ TEXTS = [
 RANDOM_BATCH, RANDOM_LENGTH, SEED = 4, 48, 0
 CHOICES = 2  # multiple choice: a batch's rows are taken in twos, as the choices of one question
 TOKENIZER_LIMIT = 256 << 20  # bytes; the largest real tokenizer.json files are ~20 MB
-
-
-# What each class computes beyond the hidden states and the pooler: (row, output, per token).
-# Rows are named after the group that computes them; outputs as transformers names them.
-HEAD_OUTPUTS = {
-    "BertForPreTraining": [
-        ("mlm logits", "prediction_logits", True),
-        ("nsp logits", "seq_relationship_logits", False),
-    ],
-    "BertForMaskedLM": [("mlm logits", "logits", True)],
-    "BertForNextSentencePrediction": [("nsp logits", "logits", False)],
-    "BertForSequenceClassification": [("classifier logits", "logits", False)],
-    "BertForMultipleChoice": [("choice logits", "logits", False)],
-    "BertForTokenClassification": [("token_classifier logits", "logits", True)],
-    "BertForQuestionAnswering": [
-        ("qa start logits", "start_logits", True),
-        ("qa end logits", "end_logits", True),
-    ],
-    "BertModel": [],
-}
 
 
 @dataclass
@@ -159,7 +141,8 @@ def reference_model(ckpt: Checkpoint, ours: Conversion):
     state_dict = {name: storage.to_torch(t, maps) for name, t in tensors.items()}
     extra = {"add_pooling_layer": pooler} if ours.model_class == "BertModel" else {}
     try:
-        config = transformers.BertConfig.from_dict(ckpt.config_dict)
+        config_class = getattr(transformers, architecture()["config_class"])
+        config = config_class.from_dict(ckpt.config_dict)
         model, info = cls.from_pretrained(
             None,
             config=config,
@@ -298,7 +281,7 @@ def verify(
     nonfinite = storage.nonfinite(ckpt.state_dict)
     if model is None:
         conversion = convert_read(ckpt, "bertconv")
-        ours = Ours(build(conversion, ckpt.config), HEAD_OUTPUTS[conversion.model_class])
+        ours = Ours(build(conversion, ckpt.config), outputs(conversion.model_class))
         name = conversion.model_class
     else:
         ours = Yours(ckpt, model, model_layout)
@@ -389,7 +372,7 @@ class Yours(Ours):
         self.anchors = usermodel.anchors(
             table, ckpt.config.num_hidden_layers, set(self.conversion.groups)
         )
-        self.heads = HEAD_OUTPUTS[self.conversion.model_class]
+        self.heads = outputs(self.conversion.model_class)
         self.model = model
 
     def diagnose(self, row: str, batches, ckpt: Checkpoint) -> Diagnosis | None:

@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 import bertconv
 from bertconv.api import Source, convert_checkpoint, inspect
 from bertconv.errors import CheckpointError
-from bertconv.mapping import classes, layout, layout_names, refusal
-from bertconv.verify import FLOAT32_MAX_ABS, HEAD_OUTPUTS, verify
+from bertconv.mapping import classes, layout, layout_names, outputs, refusal
+from bertconv.verify import FLOAT32_MAX_ABS, verify
 from conftest import FORMS, TASKS, TINY
 
 LABELS = ("num_labels", "id2label", "label2id", "problem_type")
@@ -28,7 +28,7 @@ def has_pooler(task: str) -> bool:
 
 
 def head_rows(model_class: str) -> list[str]:
-    return [row for row, _, _ in HEAD_OUTPUTS[model_class]]
+    return [row for row, _, _ in outputs(model_class)]
 
 
 @pytest.mark.parametrize("form", FORMS)
