@@ -20,7 +20,7 @@ from .checkpoint import (
     tokenizer_files,
     write_checkpoint,
 )
-from .convert import Conversion, Heads, convert
+from .convert import FITTING, Conversion, Selection, convert
 from .errors import BertconvError, NotFoundError, UsageError
 from .mapping import OFFICIAL, layout, recorded_as
 
@@ -87,7 +87,7 @@ def fetch_source(remote: "hub.Remote", say=_quiet) -> Source:
     return Source(remote.model_id, hub.download(remote, say), remote.commit)
 
 
-def up_to_date(out: Path, source: str, revision: str, layout: str, heads: Heads) -> bool:
+def up_to_date(out: Path, source: str, revision: str, layout: str, selection: Selection) -> bool:
     """Does `out` already hold `source` at `revision`, converted into `layout` with the same
     choice of groups?"""
     meta = read_metadata(Path(out) / "model.safetensors")
@@ -95,19 +95,11 @@ def up_to_date(out: Path, source: str, revision: str, layout: str, heads: Heads)
         SOURCE_KEY: source,
         REVISION_KEY: revision,
         LAYOUT_KEY: recorded_as(layout),
-        HEADS_KEY: heads_asked(heads),
+        HEADS_KEY: selection.recorded(),
     }
     return (Path(out) / "config.json").is_file() and all(
         meta.get(k) == v for k, v in wanted.items()
     )
-
-
-def heads_asked(heads: Heads) -> str:
-    """How a choice of groups is recorded: "" (those the layout holds), "all", "none", or the
-    groups, comma-separated."""
-    if heads is None or isinstance(heads, bool):
-        return {None: "", True: "all", False: "none"}[heads]
-    return ",".join(sorted({heads} if isinstance(heads, str) else heads))
 
 
 @dataclass
@@ -125,12 +117,14 @@ def convert_checkpoint(
     out: Path,
     to_layout: str = "bertconv",
     from_layout: str | None = None,
-    heads: Heads = None,
+    heads: Selection | bool | list[str] | None = None,
 ) -> Converted:
-    """Read `src`, convert it into `to_layout` and write it to `out` (see write_checkpoint).
-    Conversions into the same `out` at once take turns."""
+    """Read `src`, convert it into `to_layout` and write it to `out` (see write_checkpoint),
+    keeping the groups `heads` says (convert.Selection). Conversions into the same `out` at
+    once take turns."""
+    selection = Selection.of(heads)
     with files.Output(out) as output:
-        return _convert_into(src, output, to_layout, from_layout, heads)
+        return _convert_into(src, output, to_layout, from_layout, selection)
 
 
 def fetch(
@@ -138,7 +132,7 @@ def fetch(
     out: Path,
     to_layout: str = "bertconv",
     revision: str | None = None,
-    heads: Heads = None,
+    heads: Selection | bool | list[str] | None = None,
     say=_quiet,
 ) -> tuple["hub.Remote", Converted | None]:
     """Download a Hub model and convert it into `out`. Where `out` already holds that commit in
@@ -147,25 +141,28 @@ def fetch(
     from .convert import check_convertible
 
     check_convertible(None, to_layout, model_id)  # before anything is downloaded
+    selection = Selection.of(heads)
     remote = hub.locate(model_id, revision)
     with files.Output(out) as output:
-        if up_to_date(out, model_id, remote.commit, to_layout, heads):
+        if up_to_date(out, model_id, remote.commit, to_layout, selection):
             return remote, None
         src = fetch_source(remote, say)
-        return remote, _convert_into(src, output, to_layout, None, heads)
+        return remote, _convert_into(src, output, to_layout, None, selection)
 
 
-def _convert_into(src: Source, output: files.Output, to_layout, from_layout, heads) -> Converted:
+def _convert_into(
+    src: Source, output: files.Output, to_layout, from_layout, selection: Selection
+) -> Converted:
     ckpt = read_checkpoint(src.path, from_layout, src.weights)
     output.check_not_source(src.path, [*ckpt.files, *tokenizer_files(src.path)], WRITTEN)
     form = layout(to_layout, ckpt.config).format
     _check_form(form, to_layout, output)
-    result = convert_read(ckpt, to_layout, heads)
+    result = convert_read(ckpt, to_layout, selection)
     metadata = {
         LAYOUT_KEY: recorded_as(to_layout),
         SOURCE_KEY: src.name,
         REVISION_KEY: src.revision or ckpt.metadata.get(REVISION_KEY, ""),
-        HEADS_KEY: heads_asked(heads),
+        HEADS_KEY: selection.recorded(),
     }
     # The written file is of the class its groups make (a layout may leave heads out).
     config = ckpt.config_dict | {"architectures": [result.model_class]}
@@ -194,19 +191,19 @@ def _check_form(form: str, to_layout: str, output: files.Output) -> None:
         )
 
 
-def convert_read(ckpt: Checkpoint, to_layout: str, heads: Heads = None) -> Conversion:
+def convert_read(ckpt: Checkpoint, to_layout: str, selection: Selection = FITTING) -> Conversion:
     """A checkpoint already read, converted into `to_layout` (config.json's `architectures`
     breaking ties between classes)."""
     hint = ckpt.config_dict.get("architectures")
     return convert(
-        ckpt.state_dict, ckpt.config, ckpt.layout, to_layout, heads, str(ckpt.path), hint
+        ckpt.state_dict, ckpt.config, ckpt.layout, to_layout, selection, str(ckpt.path), hint
     )
 
 
 def load(
     source: "str | Path | Source",
     revision: str | None = None,
-    heads: Heads = None,
+    heads: Selection | bool | list[str] | None = None,
     layout: str | None = None,
 ):
     """bertconv's model with the weights of `source`, in eval mode.
@@ -222,7 +219,7 @@ def load(
 
     src = resolve(source, revision)
     ckpt = read_checkpoint(src.path, canonical(layout), src.weights)
-    return build(convert_read(ckpt, "bertconv", heads), ckpt.config)
+    return build(convert_read(ckpt, "bertconv", Selection.of(heads)), ckpt.config)
 
 
 def build(conversion: Conversion, config):
@@ -314,7 +311,7 @@ def inspect(
         problems = "Name the table it is in with --from (a shipped layout or a table file)."
     else:
         try:
-            conversion = convert_read(ckpt, best.name, True)
+            conversion = convert_read(ckpt, best.name, Selection("every"))
         except BertconvError as e:
             problems = str(e)
     tensors = ckpt.state_dict.values()

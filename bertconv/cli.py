@@ -60,7 +60,7 @@ FromLayout = Annotated[
         "recorded in it, else transformers'].",
     ),
 ]
-Heads = Annotated[
+HeadsOption = Annotated[
     bool | None,
     typer.Option(
         "--heads/--no-heads",
@@ -135,7 +135,7 @@ def convert(
     out: Out = None,
     revision: Revision = None,
     from_layout: FromLayout = None,
-    heads: Heads = None,
+    heads: HeadsOption = None,
     groups: Groups = None,
 ) -> None:
     """Convert a checkpoint into another layout's names.
@@ -164,7 +164,7 @@ def fetch(
     revision: Revision = None,
     to: LayoutOption = "bertconv",
     out: Out = None,
-    heads: Heads = None,
+    heads: HeadsOption = None,
     groups: Groups = None,
 ) -> None:
     """Download a checkpoint from the Hugging Face Hub and convert it.
@@ -197,12 +197,14 @@ def fetch(
 
 
 def _selection(heads: bool | None, groups: str | None):
-    """--heads/--no-heads or --groups, as the choice of groups the API takes."""
+    """--heads/--no-heads or --groups, as the choice of groups to write."""
+    from .convert import Selection
+
     if groups is None:
-        return heads
+        return Selection.of(heads)
     if heads is not None:
         raise UsageError("--groups names the groups to keep; leave out --heads/--no-heads")
-    return [g.strip() for g in groups.split(",") if g.strip()]
+    return Selection.of([g.strip() for g in groups.split(",") if g.strip()])
 
 
 def _check_layout(to: str, source: str) -> None:

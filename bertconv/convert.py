@@ -36,7 +36,33 @@ from .transforms import REGISTRY
 # How many names an error lists per kind of problem before it says "and N more".
 LISTED = 12
 FLOATS = ("F32", "F16", "BF16", "F64")  # what a parameter may be stored as
-Heads = bool | Iterable[str] | None  # which groups to keep: see select_groups
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which of a file's groups a conversion writes: those the target layout has a place for
+    (`fitting`, the default), every one (`every`: or fail), none but the pooler (`encoder`), or
+    exactly `groups`."""
+
+    kind: str = "fitting"
+    groups: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, heads: "Selection | bool | Iterable[str] | None") -> "Selection":
+        """The API's spelling (load(heads=...)): None, True, False, or the groups by name."""
+        if isinstance(heads, Selection):
+            return heads
+        if heads is None or isinstance(heads, bool):
+            return cls({None: "fitting", True: "every", False: "encoder"}[heads])
+        return cls("exactly", frozenset({heads} if isinstance(heads, str) else heads))
+
+    def recorded(self) -> str:
+        """How it is recorded in a file's metadata: "", "all", "none", or the groups."""
+        named = {"fitting": "", "every": "all", "encoder": "none"}
+        return named.get(self.kind) or ",".join(sorted(self.groups))
+
+
+FITTING = Selection()
 
 
 @dataclass
@@ -228,16 +254,17 @@ def _fits(official: dict, config: BertConfig, groups: list[str]) -> bool:
 
 
 def select_groups(
-    have: frozenset[str], dst: Table, heads: Heads, source: str
+    have: frozenset[str], dst: Table, selection: Selection, source: str
 ) -> tuple[frozenset[str], dict[str, str]]:
-    """Which of the file's groups to write, and why each other one is left out. heads: None
-    keeps those the target layout has a place for; False, only the pooler (where the layout has
-    a place for it); True keeps them all, and a list of group names exactly those, or fails."""
-    if heads is None or heads is False:
-        wanted = have if heads is None else have & {"pooler"}
+    """Which of the file's groups to write, and why each other one is left out: fitting (or
+    encoder) keeps those the target layout has a place for (only the pooler); every or exactly
+    keep them all, or the groups named, or fail."""
+    if selection.kind in ("fitting", "encoder"):
+        wanted = have if selection.kind == "fitting" else have & {"pooler"}
         kept = wanted & dst.groups
     else:
-        kept = have if heads is True else frozenset(_asked(heads, have, source))
+        every = selection.kind == "every"
+        kept = have if every else frozenset(_asked(selection.groups, have, source))
         lacking = sorted(kept - dst.groups)
         if lacking:
             raise CheckpointError(
@@ -254,8 +281,7 @@ def select_groups(
     return kept, dropped
 
 
-def _asked(heads: Iterable[str], have: frozenset[str], source: str) -> set[str]:
-    asked = {heads} if isinstance(heads, str) else set(heads)
+def _asked(asked: frozenset[str], have: frozenset[str], source: str) -> frozenset[str]:
     unknown = sorted(asked - set(group_names()))
     if unknown:
         raise UsageError(f"no group {unknown}; the groups are {', '.join(group_names())}")
@@ -292,11 +318,13 @@ def convert(
     config: BertConfig,
     from_layout: str = OFFICIAL,
     to_layout: str = "bertconv",
-    heads: Heads = None,
+    heads: "Selection | bool | Iterable[str] | None" = FITTING,
     source: str = "state dict",
     hint: object = None,
 ) -> Conversion:
-    """Convert between layouts, keeping the groups `heads` says (see select_groups)."""
+    """Convert between layouts, keeping the groups `heads` says (a Selection, or as
+    Selection.of takes it: None, True, False, group names)."""
+    selection = Selection.of(heads)
     check_convertible(from_layout, to_layout, source)
     src, dst = layout(from_layout, config), layout(to_layout, config)
     if config.relative and not dst.relative:
@@ -314,14 +342,14 @@ def convert(
         if found is not None:
             check_convertible(found, to_layout, source)
         raise
-    return convert_reading(reading, config, dst, heads, source)
+    return convert_reading(reading, config, dst, selection, source)
 
 
 def convert_reading(
-    reading: Reading, config: BertConfig, dst: Table, heads: Heads, source: str
+    reading: Reading, config: BertConfig, dst: Table, selection: Selection, source: str
 ) -> Conversion:
     """A checkpoint already read into the official names, written in layout `dst`."""
-    kept, dropped = select_groups(reading.groups, dst, heads, source)
+    kept, dropped = select_groups(reading.groups, dst, selection, source)
     try:
         model_class = class_for(kept)
     except ValueError:

@@ -18,7 +18,7 @@ from . import files, storage
 from .api import build, convert_read, resolve
 from .checkpoint import Checkpoint, read_checkpoint
 from .config import BertConfig
-from .convert import Conversion, convert_reading, read_official
+from .convert import Conversion, Selection, convert_reading, read_official
 from .diagnose import Diagnosis
 from .errors import CheckpointError, MissingDependencyError, NotBertError, UsageError
 from .mapping import (
@@ -136,7 +136,7 @@ def reference_model(ckpt: Checkpoint, ours: Conversion):
     if ckpt.layout == OFFICIAL:
         tensors = _only(ckpt, groups)
     else:
-        tensors = convert_read(ckpt, OFFICIAL, sorted(groups)).state_dict
+        tensors = convert_read(ckpt, OFFICIAL, Selection("exactly", groups)).state_dict
     maps = {}
     state_dict = {name: storage.to_torch(t, maps) for name, t in tensors.items()}
     extra = {"add_pooling_layer": pooler} if ours.model_class == "BertModel" else {}
@@ -364,7 +364,9 @@ class Yours(Ours):
         table, groups = _table_for(model, ckpt.config, table_name, spec)
         self.table = table
         kept = groups & reading.groups
-        self.conversion = convert_reading(reading, ckpt.config, table, sorted(kept), str(ckpt.path))
+        self.conversion = convert_reading(
+            reading, ckpt.config, table, Selection("exactly", kept), str(ckpt.path)
+        )
         absent = _names_of(table, ckpt.config, groups - kept)
         absent -= _names_of(table, ckpt.config, kept)
         usermodel.load_weights(model, spec, self._tensors(), absent)
