@@ -4,29 +4,28 @@ Importing the package is cheap: torch is imported on first use of the model or o
 
 __version__ = "0.1.0"
 
-CLASSES = (
-    "BertModel",
-    "BertForPreTraining",
-    "BertForMaskedLM",
-    "BertForNextSentencePrediction",
-    "BertForSequenceClassification",
-    "BertForMultipleChoice",
-    "BertForTokenClassification",
-    "BertForQuestionAnswering",
-)
 _LAZY = {
     "BertConfig": "bertconv.config",
-    **dict.fromkeys(CLASSES, "bertconv.model"),
     "load": "bertconv.api",
     "inspect": "bertconv.api",
     "BertconvError": "bertconv.errors",
 }
-__all__ = sorted(_LAZY)
+
+
+def _classes() -> list[str]:
+    """The model's classes: one per class of the architecture's catalog, under its name."""
+    from .mapping import classes
+
+    return list(classes())
 
 
 def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'bertconv' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "__all__":
+        return sorted([*_LAZY, *_classes()])
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name[:1].isupper() and name in _classes():  # (submodules, lowercase, are imported)
+        return getattr(importlib.import_module("bertconv.model"), name)
+    raise AttributeError(f"module 'bertconv' has no attribute {name!r}")
