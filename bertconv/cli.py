@@ -72,7 +72,7 @@ Groups = Annotated[
     str | None,
     typer.Option(
         help="Keep exactly these groups, comma-separated: the pooler and heads by name "
-        "(`bertconv layouts` lists them all, `bertconv inspect` a checkpoint's).",
+        "(`bertconv inspect` shows a checkpoint's; a wrong name is answered with them all).",
     ),
 ]
 
@@ -116,21 +116,13 @@ def command(function):
 
 @command
 def layouts() -> None:
-    """List the layouts, the parameter-naming schemes bertconv converts between, and the groups
-    and classes of the architecture (from its catalog, mappings/architectures/)."""
-    from .mapping import classes, describe_layouts, group_names
+    """List the layouts, the parameter-naming schemes bertconv converts between."""
+    from .mapping import describe_layouts
 
     rows = describe_layouts()
     width = max(len(name) for name, _ in rows)
     for name, description in rows:
         show(f"{name:{width}s} {description}")
-    show(
-        "\ngroups (for --groups): "
-        + ", ".join(dict.fromkeys(g for c in classes().values() for g in c))
-    )
-    show(
-        "classes: " + ", ".join(f"{c} ({', '.join(g) or 'no head'})" for c, g in classes().items())
-    )
 
 
 @command
