@@ -5,14 +5,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import files, storage
+from . import files, formats, storage
 from .checkpoint import (
     HEADS_KEY,
     LAYOUT_KEY,
     REVISION_KEY,
     SOURCE_KEY,
-    TF_CONFIG,
-    TF_PREFIX,
     TOKENIZER_FILES,
     Checkpoint,
     read_checkpoint,
@@ -24,13 +22,10 @@ from .convert import FITTING, Conversion, Selection, convert
 from .errors import BertconvError, NotFoundError, UsageError
 from .mapping import OFFICIAL, layout, recorded_as
 
-# What a conversion may write (safetensors or TensorFlow checkpoints).
+# What a conversion may write: any form's files, its config, the tokenizer files.
 WRITTEN = (
-    "model.safetensors",
-    "config.json",
-    f"{TF_PREFIX}.index",
-    f"{TF_PREFIX}.data-00000-of-00001",
-    TF_CONFIG,
+    *(name for form in formats.FORMATS for name in form.written),
+    *dict.fromkeys(form.config for form in formats.FORMATS),
     *TOKENIZER_FILES,
 )
 
@@ -172,17 +167,17 @@ def _convert_into(
 
 
 def _check_form(form: str, to_layout: str, output: files.Output) -> None:
-    """bertconv writes safetensors and TensorFlow checkpoints. A TensorFlow checkpoint goes into
-    a directory where it reads back as written: one holding no file read before it or in its
-    place (see checkpoint.in_the_way_of_tf); checked before anything is written."""
-    from .checkpoint import in_the_way_of_tf
-
-    if form == "h5":
+    """bertconv writes a layout's files in the form its table says, where that form is written
+    (not read only), and into a directory where they read back as written: one holding no file
+    read before them or in their place (formats.py's in_the_way); checked before anything is
+    written."""
+    written = formats.written_by(form)
+    if written.read_only:
         raise UsageError(
-            f"--to {to_layout}: bertconv reads tf_model.h5 files but does not write them; "
+            f"--to {to_layout}: bertconv reads {written.marks[0]} files but does not write them; "
             "write google-tf (TensorFlow's own checkpoint format) instead"
         )
-    others = in_the_way_of_tf(output.path) if form == "tensorflow" else []
+    others = written.in_the_way(output.path)
     if others:
         raise UsageError(
             f"{output.path}: holds {', '.join(others)}, which bertconv would read before a "

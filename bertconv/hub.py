@@ -16,16 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import formats
 from .checkpoint import CONFIG_FILES, TOKENIZER_FILES
 from .errors import AuthError, HubError, IntegrityError, NotFoundError, OutputError, UsageError
 
-# The weights, in order of preference: the file that marks each form, and the files it needs.
-WEIGHTS = (
-    ("model.safetensors", ["model.safetensors"]),
-    ("model.safetensors.index.json", ["model.safetensors.index.json", "*.safetensors"]),
-    ("pytorch_model.bin", ["pytorch_model.bin"]),
-    ("pytorch_model.bin.index.json", ["pytorch_model.bin.index.json", "pytorch_model-*.bin"]),
-)
 REPO_ID = re.compile(r"^[\w.-]{1,96}(/[\w.-]{1,96})?$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")  # the ETag of a Git LFS file: its content's sha256
 GIT_SHA1 = re.compile(r"^[0-9a-f]{40}$")  # the ETag of a regular file: its git blob id
@@ -70,39 +64,13 @@ def check_revision(revision: str | None) -> None:
 
 
 def files_to_fetch(repo_files: list[str]) -> list[str]:
-    """The config, the tokenizer files there are, and one form of weights: safetensors first,
-    then PyTorch's, then a TensorFlow checkpoint, then tf_model.h5. Only files at the top of the
+    """The config, the tokenizer files there are, and one form of weights: the first there is, in
+    formats.py's order (safetensors, PyTorch's, TensorFlow's). Only files at the top of the
     repository: a checkpoint's files sit side by side."""
     top = [f for f in repo_files if isinstance(f, str) and "/" not in f and f not in (".", "..")]
-    patterns = _weight_patterns(top)
+    patterns = formats.weight_patterns(top)
     wanted = [*CONFIG_FILES, *TOKENIZER_FILES, *patterns]
     return [f for f in top if any(fnmatch.fnmatchcase(f, p) for p in wanted)]
-
-
-def _weight_patterns(top: list[str]) -> list[str]:
-    for marker, patterns in WEIGHTS:
-        if marker in top:
-            return patterns
-    bundles = sorted(f for f in top if f.endswith(".index"))
-    if len(bundles) > 1:
-        raise NotFoundError(
-            f"the repository holds {len(bundles)} TensorFlow checkpoints ({', '.join(bundles)}); "
-            "bertconv cannot tell which is the model"
-        )
-    if bundles:
-        prefix = bundles[0].removesuffix(".index")
-        return [bundles[0], f"{glob_escape(prefix)}.data-*-of-*"]
-    if "tf_model.h5" in top:
-        return ["tf_model.h5"]
-    raise NotFoundError(
-        "the repository has no weights bertconv can read (looked for "
-        + ", ".join(marker for marker, _ in WEIGHTS)
-        + ", a TensorFlow checkpoint, tf_model.h5)"
-    )
-
-
-def glob_escape(name: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def locate(model_id: str, revision: str | None = None) -> Remote:

@@ -59,7 +59,6 @@ KEYS = {
     # shapes, and map no official tensor.
     REFUSED: str,
 }
-FORMATS = ("safetensors", "tensorflow", "h5")  # h5 is read only
 REQUIRED = ("name", "description", ENCODER)
 MAX_NAME = 1024  # characters in a tensor name
 MAX_GENERATED = 16  # buffers a table makes
@@ -190,9 +189,18 @@ def _read(source: str | tuple[str, int, int]) -> dict:
     return read_table(TABLES / f"{source}.toml" if isinstance(source, str) else Path(source[0]))
 
 
-def layout_for_format(form: str) -> str:
-    """The shipped layout whose checkpoints come in files of `form` (tensorflow: google-tf)."""
-    return next(n for n in layout_names() if _raw(n).get("format", "safetensors") == form)
+def _form_names() -> list[str]:
+    from .formats import FORMATS  # the forms checkpoints come in, one home
+
+    return list(dict.fromkeys(f.name for f in FORMATS))
+
+
+def layout_for_format(form: str) -> str | None:
+    """The shipped layout whose checkpoints come in files of `form` (tensorflow: google-tf), where
+    one table says so: files of that form are always in it (they have no metadata to say)."""
+    if form == "safetensors":  # every other table's, by default: the file records its layout
+        return None
+    return next((n for n in layout_names() if _raw(n).get("format") == form), None)
 
 
 def recorded_as(name: str) -> str:
@@ -260,8 +268,9 @@ def _content_problems(table: dict) -> list[tuple[str, str]]:
         problems = _row_problems(table) + _generated_problems(table.get("generated", {}))
     names = {name for _, rows in _sections(table) for name in rows}
     problems += _other_name_problems(table, names) + _name_problems(table)
-    if table.get("format", "safetensors") not in FORMATS:
-        problems.append(("format", f"one of {', '.join(FORMATS)}"))
+    forms = _form_names()
+    if table.get("format", "safetensors") not in forms:
+        problems.append(("format", f"one of {', '.join(forms)}"))
     if not all(isinstance(x, str) and x for x in table.get("slots", [])):
         problems.append(("slots", "a list of name suffixes"))
     groups = {ENCODER, RELATIVE, *table.get("groups", {})}

@@ -1,0 +1,323 @@
+"""The forms checkpoints come in, in the order they are preferred where a directory (or a Hub
+repository) holds several. Each says how its files are found in a directory, what `fetch`
+downloads of a repository, how one of its files is read, how it is written (or that it is read
+only), and the layout its files are always in (where they are not in one a file records).
+
+    safetensors    model.safetensors                       read and written (storage.py)
+    safetensors    model.safetensors.index.json + shards   read
+    bin            pytorch_model.bin                       read (pickles.py: vetted first)
+    bin            pytorch_model.bin.index.json + shards   read
+    tensorflow     PREFIX.index + PREFIX.data-*            read and written (tfbundle.py)
+    h5             tf_model.h5                             read (h5weights.py)
+
+A new format is a Format here, and its reader (and writer).
+"""
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from . import files, pickles, storage
+from .errors import BertconvError, CheckpointError, NotFoundError
+
+# What a conversion into a TensorFlow layout writes, as google-research/bert's releases ship it.
+TF_PREFIX, TF_CONFIG = "bert_model.ckpt", "bert_config.json"
+RECORD_LIMIT = 1 << 16  # bytes of a `checkpoint` file (TensorFlow's lists a few paths)
+
+Found = tuple[Path | None, list[Path]]  # the shard index, if any, and the files holding tensors
+
+
+@dataclass(frozen=True)
+class Format:
+    """One form of checkpoint files."""
+
+    name: str  # as a table's `format` says it
+    marks: tuple[str, ...]  # the file that marks it in a directory (the first), and its others
+    suffixes: tuple[str, ...]  # a file of this form, named on its own, ends so
+    read: Callable  # (path, progress) -> (tensors, metadata)
+    # Writing: (out, tensors, metadata, progress) into an output directory; None: read only.
+    write: Callable | None = None
+    written: tuple[str, ...] = ()  # the files it writes
+    config: str = "config.json"  # the config file written beside them
+    sharded: bool = False  # its mark is an index of shards (model.safetensors.index.json)
+    # How it is found and fetched where its mark does not say it all (TensorFlow's prefixes):
+    find_in: Callable[[Path], "Found | None"] | None = None
+    fetch_of: Callable[[list[str]], list[str] | None] | None = None
+    in_the_way: Callable[[Path], list[str]] = field(default=lambda directory: [])
+    said: str = ""  # how messages name it, where its mark does not
+
+    @property
+    def read_only(self) -> bool:
+        return self.write is None
+
+    def find(self, directory: Path) -> "Found | None":
+        """Its files in `directory`, if it holds them: (the shard index, the files)."""
+        if self.find_in is not None:
+            return self.find_in(directory)
+        path = directory / self.marks[0]
+        if not files.is_present(path):
+            return None
+        return (path, shards(path)) if self.sharded else (None, [path])
+
+    def fetch(self, top: list[str]) -> list[str] | None:
+        """Of a repository's top-level files, the patterns to download, if it has this form."""
+        if self.fetch_of is not None:
+            return self.fetch_of(top)
+        return list(self.marks) if self.marks[0] in top else None
+
+
+# Finding files -------------------------------------------------------------------------------
+
+
+def shards(index: Path) -> list[Path]:
+    """The shard files an index names: plain file names beside it, each there."""
+    weight_map = weight_map_of(index)
+    names = sorted({files.plain_name(name, str(index)) for name in weight_map.values()})
+    found = [index.parent / name for name in names]
+    missing = [str(s) for s in found if not files.is_present(s)]
+    if missing:
+        raise NotFoundError(f"{index}: lists shards that are not there: {', '.join(missing)}")
+    return found
+
+
+def weight_map_of(index: Path) -> dict[str, str]:
+    weight_map = files.read_json_object(index).get("weight_map")
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(v, str) for v in weight_map.values())
+    ):
+        raise CheckpointError(
+            f"{index}: not a shard index: its weight_map is not an object of tensor names to "
+            "file names; download it again"
+        )
+    return weight_map
+
+
+def _tf_found(directory: Path) -> Found | None:
+    index = tf_checkpoint(directory)
+    return None if index is None else (None, [index])
+
+
+def tf_checkpoint(directory: Path) -> Path | None:
+    """The .index file of the directory's TensorFlow checkpoint: the one its `checkpoint` file
+    names, where it has one; else the only one."""
+    if files.is_present(directory / "checkpoint"):
+        return _named_checkpoint(directory)
+    indexes = _indexes(directory)
+    if len(indexes) > 1:
+        raise CheckpointError(
+            f"{directory}: holds {len(indexes)} TensorFlow checkpoints "
+            f"({', '.join(p.stem for p in indexes)}) and no `checkpoint` file saying which is "
+            "the model's; keep one"
+        )
+    return indexes[0] if indexes else None
+
+
+def _indexes(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("*.index") if p.is_file())
+
+
+def _named_checkpoint(directory: Path) -> Path:
+    """The checkpoint that the directory's `checkpoint` file names, or none: never another one
+    of the directory's, which TensorFlow would not read. TensorFlow 1 wrote where it saved it,
+    often an absolute path on the machine that trained it: its last part is looked for in the
+    directory, and never opened as a path."""
+    record = directory / "checkpoint"
+    named = _model_checkpoint_path(record)
+    last = PurePosixPath(named.replace("\\", "/")).name
+    index = directory / f"{last}.index"
+    if last in ("", ".", "..") or not files.is_present(index):
+        held = ", ".join(p.stem for p in _indexes(directory)) or "it holds none"
+        raise CheckpointError(
+            f"{record}: names {named!r}, which is none of the checkpoints in {directory} "
+            f"({held}); remove the file, or the checkpoints that are not the model's"
+        )
+    try:
+        files.open_regular(index).close()
+    except BertconvError as e:  # a dangling link, a directory, a FIFO, unreadable
+        raise CheckpointError(
+            f"{record}: names {named!r}, whose index cannot be read: {e}"
+        ) from None
+    return index
+
+
+def _model_checkpoint_path(record: Path) -> str:
+    """What a `checkpoint` file (a text protobuf, CheckpointState) gives as the model's."""
+    with files.open_regular(record) as f:
+        data = f.read(RECORD_LIMIT + 1)
+    if len(data) > RECORD_LIMIT:
+        raise CheckpointError(f"{record}: larger than 64 KB, more than a `checkpoint` file")
+    text = data.decode("utf-8", "replace")
+    named = []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model_checkpoint_path":
+            named.append(value.strip().strip('"'))
+    if len(named) != 1:
+        # TensorFlow reads the last of several; a file that says two things is refused.
+        said = "no model_checkpoint_path" if not named else "model_checkpoint_path twice"
+        raise CheckpointError(
+            f"{record}: gives {said}, so which checkpoint is the model's is unknown; remove "
+            "the file and keep one checkpoint"
+        )
+    return named[0]
+
+
+def _in_the_way_of_tf(directory: Path) -> list[str]:
+    """The files of `directory` that a TensorFlow checkpoint written into it (TF_PREFIX, with
+    TF_CONFIG) would not read back past: other weights, a `checkpoint` file or another
+    checkpoint's index (which would say, or leave open, which checkpoint is the model's), and
+    config.json (read before TF_CONFIG)."""
+    weights = {f.marks[0] for f in FORMATS if f.find_in is None}
+    others = {*weights, "checkpoint", "config.json"}
+    return sorted(
+        name
+        for name in os.listdir(directory)
+        if name in others or (name.endswith(".index") and name != f"{TF_PREFIX}.index")
+    )
+
+
+# What fetch downloads --------------------------------------------------------------------------
+
+
+def _fetch_tf(top: list[str]) -> list[str] | None:
+    bundles = sorted(f for f in top if f.endswith(".index"))
+    if len(bundles) > 1:
+        raise NotFoundError(
+            f"the repository holds {len(bundles)} TensorFlow checkpoints ({', '.join(bundles)}); "
+            "bertconv cannot tell which is the model"
+        )
+    if not bundles:
+        return None
+    prefix = bundles[0].removesuffix(".index")
+    return [bundles[0], f"{glob_escape(prefix)}.data-*-of-*"]
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def weight_patterns(top: list[str]) -> list[str]:
+    """Of a repository's top-level files, the patterns of the one form of weights to fetch: the
+    first form there is."""
+    for form in FORMATS:
+        patterns = form.fetch(top)
+        if patterns is not None:
+            return patterns
+    raise NotFoundError(
+        f"the repository has no weights bertconv can read (looked for {described()})"
+    )
+
+
+# Reading and writing ---------------------------------------------------------------------------
+
+
+def _read_safetensors(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
+    try:
+        return storage.read_header(path)
+    except storage.NotSafetensors as e:
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({e}). {files.diagnose(path)}"
+        ) from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
+
+
+def _read_bin(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
+    return pickles.read_bin(path), {}
+
+
+def _read_tf(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
+    from . import tfbundle
+
+    return tfbundle.read_bundle(path.with_suffix(""), progress or (lambda n: None)), {}
+
+
+def _read_h5(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
+    from .h5weights import read_h5
+
+    return read_h5(path), {}
+
+
+def _write_safetensors(out: files.Output, tensors: dict, metadata: dict, progress) -> None:
+    storage.write_safetensors(out.stage("model.safetensors"), tensors, metadata, progress)
+
+
+def _write_tf(out: files.Output, tensors: dict, metadata: dict, progress) -> None:
+    """A bundle has no room for metadata: it is known by its file names."""
+    from . import tfbundle
+
+    data = out.stage(tfbundle.data_file(Path(TF_PREFIX)).name)
+    index = out.stage(f"{TF_PREFIX}.index")  # the index last: it makes the checkpoint
+    tfbundle.write_bundle(index, data, tensors, progress)
+
+
+FORMATS = [
+    Format(
+        "safetensors",
+        ("model.safetensors",),
+        (".safetensors",),
+        _read_safetensors,
+        _write_safetensors,
+        ("model.safetensors",),
+    ),
+    Format(
+        "safetensors",
+        ("model.safetensors.index.json", "*.safetensors"),
+        (".safetensors.index.json",),
+        _read_safetensors,
+        sharded=True,
+    ),
+    Format("bin", ("pytorch_model.bin",), (".bin", ".pt", ".pth"), _read_bin),
+    Format(
+        "bin",
+        ("pytorch_model.bin.index.json", "pytorch_model-*.bin"),
+        (".bin.index.json",),
+        _read_bin,
+        sharded=True,
+    ),
+    Format(
+        "tensorflow",
+        ("PREFIX.index", "PREFIX.data-*-of-*"),
+        (".index",),
+        _read_tf,
+        _write_tf,
+        (f"{TF_PREFIX}.index", f"{TF_PREFIX}.data-00000-of-00001"),
+        TF_CONFIG,
+        find_in=_tf_found,
+        fetch_of=_fetch_tf,
+        in_the_way=_in_the_way_of_tf,
+        said="a TensorFlow checkpoint (PREFIX.index and its data files)",
+    ),
+    Format("h5", ("tf_model.h5",), (".h5",), _read_h5),
+]
+
+
+def found_in(directory: Path) -> tuple[Format, Found] | None:
+    """The first form of weights `directory` holds, and its files."""
+    for form in FORMATS:
+        found = form.find(directory)
+        if found is not None:
+            return form, found
+    return None
+
+
+def of_file(path: Path) -> Format:
+    """The form of a weights file named on its own, by its name (a pickle where none says)."""
+    name = path.name
+    matches = [f for f in FORMATS if any(name.endswith(s) for s in f.suffixes)]
+    return max(matches, key=lambda f: max(len(s) for s in f.suffixes if name.endswith(s)),
+               default=FORMATS[2])  # fmt: skip
+
+
+def written_by(name: str) -> Format:
+    """The form a table's `format` names, as it is written (safetensors: one file)."""
+    return next(f for f in FORMATS if f.name == name)
+
+
+def described() -> str:
+    """What a directory (or a repository) is looked at for, in order, for messages."""
+    names = [f.said or f.marks[0] for f in FORMATS]
+    return ", ".join(names[:-1]) + ", or " + names[-1]
