@@ -292,7 +292,7 @@ def inspect(
     said = ckpt.metadata.get(LAYOUT_KEY)
     recorded = from_layout or (said if said in layout_names() else None)  # a name, not a path
     tables = [layout(n, ckpt.config) for n in ([recorded] if recorded else layout_names())]
-    placed = {t.name: [n for n in ckpt.state_dict if _places(t, n)] for t in tables}
+    placed = {t.name: [n for n in ckpt.state_dict if t.place(n)] for t in tables}
     best = max(tables, key=lambda t: len(placed[t.name]))
     found = "given" if from_layout else "recorded in its metadata" if recorded else "by its names"
     ckpt.layout = best.name
@@ -340,12 +340,3 @@ def _config_shown(ckpt: Checkpoint, found: str | None) -> tuple[dict, str]:
         return {k: getattr(ckpt.config, k) for k in SUMMARY}, "config.json"
     sizes = read_off(found, {n: tuple(t.shape) for n, t in ckpt.state_dict.items()})[1]
     return {k: sizes.get(k) for k in SUMMARY}, "its weights' shapes"
-
-
-def _places(table, name: str) -> bool:
-    from .convert import _slot_of
-
-    return _slot_of(name, table) or any(
-        name in where
-        for where in (table.rows, table.aliases, table.tied, table.ignored, table.generated)
-    )

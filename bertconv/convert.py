@@ -153,16 +153,17 @@ def read_official(
     problems = Problems(source, src.name)
     official, named, tied, skipped, slots = {}, {}, {}, [], 0
     for name, tensor in state_dict.items():
-        if name in src.ignored:
+        place = src.place(name)
+        if place == "ignored":
             skipped.append(name)
-        elif _slot_of(name, src):
+        elif place == "slot":
             slots += 1
-        elif name in src.tied:
+        elif place == "tied":
             tied[name] = tensor
-        elif name in src.generated:
+        elif place == "generated":
             _check_generated(name, tensor, src, problems)
-        elif name in src.rows or name in src.aliases:
-            row = src.rows[src.aliases.get(name, name)]
+        elif place in ("row", "alias"):
+            row = src.row_of(name)
             for official_name, part in zip(
                 row.official, official_parts(row, tensor, config), strict=True
             ):
@@ -201,14 +202,6 @@ def _check_positions(official: dict, config: BertConfig, named: dict, problems: 
         )
         for name in stray:
             official.pop(name)
-
-
-def _slot_of(name: str, src: Table) -> bool:
-    """Is `name` an optimizer's slot of one of the table's tensors (`.../kernel/adam_m`)?"""
-    return any(
-        name.endswith(suffix) and name[: -len(suffix)] in src.rows.keys() | src.aliases.keys()
-        for suffix in src.slots
-    )
 
 
 def _hints(hint: object) -> list[str]:

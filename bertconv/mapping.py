@@ -100,6 +100,29 @@ class Table:
     write_tied: bool = True
     slots: tuple[str, ...] = ()  # a row's name + one of these: an optimizer's slot, skipped
 
+    def place(self, name: str) -> str | None:
+        """What a file's tensor `name` is in this layout: a `row`, an `alias` of one, a `tied`
+        copy, an `ignored` buffer, a `generated` one, an optimizer's `slot` of a row; or None,
+        no name of the layout's. The one answer reading, inspect and the refusals all use."""
+        if name in self.ignored:
+            return "ignored"
+        if any(name.endswith(s) and self.place(name[: -len(s)]) in ("row", "alias")
+               for s in self.slots):  # fmt: skip
+            return "slot"
+        for place, names in (
+            ("tied", self.tied),
+            ("generated", self.generated),
+            ("row", self.rows),
+            ("alias", self.aliases),
+        ):
+            if name in names:
+                return place
+        return None
+
+    def row_of(self, name: str) -> Row:
+        """The row a name placed as a row or an alias is read through."""
+        return self.rows[self.aliases.get(name, name)]
+
     @property
     def writes_tied(self) -> bool:
         """Are tied copies written? A user's model holds them by name; transformers' classes
