@@ -304,9 +304,13 @@ def inspect(
             else "no shipped table names its tensors"
         )
         problems = "Name the table it is in with --from (a shipped layout or a table file)."
-    else:
+    else:  # read (and checked) in its layout's names, as conversion reads it; not converted
+        from .convert import check_convertible, read_official
+
         try:
-            conversion = convert_read(ckpt, best.name, Selection("every"))
+            check_convertible(best.name, OFFICIAL, str(ckpt.path))
+            hint = ckpt.config_dict.get("architectures")
+            conversion = read_official(ckpt.state_dict, ckpt.config, best, str(ckpt.path), hint)
         except BertconvError as e:
             problems = str(e)
     tensors = ckpt.state_dict.values()
