@@ -31,7 +31,7 @@ from torch import nn
 from . import storage, usermodel
 from .config import BertConfig
 from .errors import NotBertError, UsageError
-from .mapping import ENCODER, class_for, expand, layout, outputs, shapes
+from .mapping import ENCODER, architecture, class_for, expand, layout, outputs, shapes
 from .trace import Trace
 
 # Sizes that all differ, so that a tensor's shape tells what it can be.
@@ -59,39 +59,14 @@ VIEWS = {"contiguous", "float", "to", "type", "clone", "detach", "__getitem__", 
          "unsqueeze", "squeeze", "expand", "expand_as", "double", "half", "bfloat16"}  # fmt: skip
 FLIPS = {"T", "t", "mT", "H", "mH"}
 
-# BERT's units, with the words from-scratch code names them by: (official prefix, group, hints).
-# A unit's official tensors are PREFIX.weight and PREFIX.bias (an embedding: PREFIX.weight).
-ROLES = {
-    "word embeddings": ("embeddings.word_embeddings", ENCODER, {"word", "words", "tok", "token",
-                                                                 "wte", "vocab"}),
-    "position embeddings": ("embeddings.position_embeddings", ENCODER, {"pos", "position",
-                                                                         "positions", "wpe"}),
-    "token type embeddings": ("embeddings.token_type_embeddings", ENCODER, {"type", "types",
-                                                                             "segment", "seg"}),
-    "embeddings norm": ("embeddings.LayerNorm", ENCODER, {"emb", "embed", "embedding",
-                                                          "embeddings"}),
-    "query": ("encoder.layer.{layer}.attention.self.query", ENCODER, {"q", "query", "wq"}),
-    "key": ("encoder.layer.{layer}.attention.self.key", ENCODER, {"k", "key", "wk"}),
-    "value": ("encoder.layer.{layer}.attention.self.value", ENCODER, {"v", "value", "wv"}),
-    "attention output": ("encoder.layer.{layer}.attention.output.dense", ENCODER,
-                         {"o", "out", "output", "proj", "wo", "dense", "c_proj"}),
-    "attention norm": ("encoder.layer.{layer}.attention.output.LayerNorm", ENCODER,
-                       {"ln1", "norm1", "ln_1", "attention", "attn", "sa", "first"}),
-    "intermediate": ("encoder.layer.{layer}.intermediate.dense", ENCODER,
-                     {"intermediate", "interm", "fc1", "ff1", "w1", "up", "c_fc", "lin1"}),
-    "output": ("encoder.layer.{layer}.output.dense", ENCODER,
-               {"output", "out", "fc2", "ff2", "w2", "down", "lin2"}),
-    "output norm": ("encoder.layer.{layer}.output.LayerNorm", ENCODER,
-                    {"ln2", "norm2", "ln_2", "ffn", "ff", "mlp", "final", "second"}),
-    "pooler": ("pooler.dense", "pooler", {"pooler", "pool", "pooled", "cls"}),
-    "mlm transform": ("cls.predictions.transform.dense", "mlm", {"transform", "mlm", "lm"}),
-    "mlm norm": ("cls.predictions.transform.LayerNorm", "mlm", {"transform", "mlm", "lm"}),
-    "mlm bias": ("cls.predictions.bias", "mlm", {"decoder", "bias", "mlm", "lm"}),
-    "nsp": ("cls.seq_relationship", "nsp", {"nsp", "next", "seq_relationship", "sentence"}),
-    "classifier": ("classifier", "classifier", {"classifier", "cls", "clf", "head"}),
-    "token classifier": ("classifier", "token_classifier", {"classifier", "ner", "tagger"}),
-    "qa": ("qa_outputs", "qa", {"qa", "span", "start", "end"}),
-}  # fmt: skip
+
+def _roles() -> dict[str, tuple[str, str, set[str]]]:
+    """BERT's units, from the architecture's catalog: role -> (official prefix, group, hints)."""
+    units = architecture()["units"]
+    return {r: (u["prefix"], u["group"], set(u["hints"])) for r, u in units.items()}
+
+
+ROLES = _roles()
 LAYER = ("query", "key", "value", "attention output", "attention norm", "intermediate", "output",
          "output norm")  # fmt: skip
 EMBEDDINGS = ("word embeddings", "position embeddings", "token type embeddings")

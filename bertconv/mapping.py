@@ -544,7 +544,7 @@ def _matchers(name: str) -> list[tuple[re.Pattern, list]]:
 
 ARCHITECTURES = TABLES / "architectures"  # one file per model_type
 ARCHITECTURE_KEYS = {"model_type": str, "config_class": str, ENCODER: dict, RELATIVE: dict,
-                     "groups": dict, "classes": dict, "anchors": dict}  # fmt: skip
+                     "groups": dict, "classes": dict, "anchors": dict, "units": dict}  # fmt: skip
 
 
 @cache
