@@ -1,8 +1,10 @@
 """Target 4: forward throughput against transformers' BertModel (sdpa) on the same weights.
 
 CPU: fp32, bert-base, padded batches of 8 and 32 x 128 tokens; at least 1.0x.
-GPU (where there is one): bf16, 64 x 512; at least 1.2x, and model FLOP utilisation against the
-GPU's bf16 peak as measured here with a large matrix product (goal 50%).
+GPU (where there is one): bf16, 64 x 512, padded (lengths 256-512): at least 1.3x, and model FLOP
+utilisation against the GPU's bf16 peak as measured here with a large matrix product (goal 50%);
+the same batch unpadded (every row 512): at least 1.05x. Both models return the last layer and
+the pooled output (no list of every layer's hidden states).
 """
 
 import argparse
@@ -15,11 +17,16 @@ from common import alternate, checkpoint, converted, median, table
 REPS = {"cpu": 5, "cuda": 20}
 
 
-def batch(size: int, length: int, device: str, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Random ids, every row but the first padded to a random length of at least half."""
+def batch(
+    size: int, length: int, device: str, padded: bool = True, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """Random ids, every row but the first padded to a random length of at least half (or,
+    unpadded, every row whole)."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(length // 2, length + 1, (size,), generator=g)
     lengths[0] = length
+    if not padded:
+        lengths[:] = length
     inputs = {
         "input_ids": torch.randint(0, 30522, (size, length), generator=g),
         "attention_mask": (torch.arange(length) < lengths[:, None]).long(),
@@ -79,17 +86,20 @@ def bf16_peak() -> float:
     return 2 * 8192**3 / median(times)
 
 
-def row(ours, theirs, b: int, t: int, device: str, target: float, peak: float | None) -> list:
-    inputs = batch(b, t, device)
-    for model in (ours, theirs):  # warm-up
-        model(**inputs)
+def row(ours, theirs, shape: tuple, device: str, peak: float | None) -> list:
+    b, t, padded, target = shape
+    inputs = batch(b, t, device, padded)
+    mine = inputs | {"output_hidden_states": False}  # as transformers' default returns
+    ours(**mine), theirs(**inputs)  # warm-up
     cases = {
-        "ours": lambda: seconds(ours, inputs, device),
+        "ours": lambda: seconds(ours, mine, device),
         "theirs": lambda: seconds(theirs, inputs, device),
     }
     results = alternate(cases, REPS[device])
     a, b_ = median(results["ours"]), median(results["theirs"])
-    cells = [f"{b} x {t}", f"{b * t / a:,.0f}", f"{b * t / b_:,.0f}", f"{b_ / a:.2f}x"]
+    kind = "" if padded else ", unpadded"
+    cells = [f"{b} x {t}{kind}", f"{b * t / a:,.0f}", f"{b * t / b_:,.0f}"]
+    cells += [f"{b_ / a:.2f}x (>= {target}x)"]
     if peak:
         cells.append(f"{flops(inputs) / a / peak:.0%} of {peak / 1e12:.0f} TFLOP/s")
     return cells + ["yes" if b_ / a >= target else "NO"]
@@ -97,14 +107,18 @@ def row(ours, theirs, b: int, t: int, device: str, target: float, peak: float | 
 
 def main(device: str = "cpu") -> str:
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    shapes = [(8, 128), (32, 128)] if device == "cpu" else [(64, 512)]
-    target = 1.0 if device == "cpu" else 1.2
+    # (batch, tokens, padded, the speed-up to reach)
+    shapes = (
+        [(8, 128, True, 1.0), (32, 128, True, 1.0)]
+        if device == "cpu"
+        else [(64, 512, True, 1.3), (64, 512, False, 1.05)]
+    )
     torch.set_num_threads(os.cpu_count())
     ours, theirs = models(device, dtype)
     peak = bf16_peak() if device == "cuda" else None
     with torch.inference_mode():
-        rows = [row(ours, theirs, b, t, device, target, peak) for b, t in shapes]
-    header = ["batch", "bertconv tokens/s", "transformers tokens/s", f"speed-up (>= {target}x)"]
+        rows = [row(ours, theirs, shape, device, peak) for shape in shapes]
+    header = ["batch", "bertconv tokens/s", "transformers tokens/s", "speed-up"]
     header += ["MFU"] if peak else []
     kind = str(dtype).removeprefix("torch.")
     title = f"## Forward, {device}, {kind} (median of {REPS[device]}, alternating)"

@@ -10,6 +10,7 @@ LayerNorms hold `gamma/beta`; everything else keeps the names of the original re
 
 import math
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -65,8 +66,9 @@ class Padding:
     tokens alone, packed into one (N, features) matrix. Attention, which needs each sequence
     whole, spreads them out to (B, T, features) and packs its result again."""
 
-    def __init__(self, attention_mask: torch.Tensor | None, shape: torch.Size):
+    def __init__(self, attention_mask: torch.Tensor | None, shape: torch.Size, device=None) -> None:
         self.shape = shape  # (B, T)
+        self.key_device = device
         self.real = self.key_mask = None
         if attention_mask is not None:
             real = attention_mask.flatten().bool()  # (B * T,)
@@ -90,6 +92,18 @@ class Padding:
         if self.real is not None:
             x = torch.cat([x, x.new_zeros(1, x.shape[-1])]).index_select(0, self.rows)
         return x.view(*self.shape, x.shape[-1])
+
+    def sequences(self) -> tuple[torch.Tensor, int]:
+        """Where each sequence starts among the packed tokens, and the longest: (B + 1,) int32
+        offsets, as FlashAttention's variable-length kernel takes them. A sequence's tokens are
+        side by side in the packing (a row's real tokens, in order)."""
+        B, T = self.shape
+        if self.real is None:
+            lengths = torch.full((B,), T, dtype=torch.int32, device=self.key_device)
+        else:
+            lengths = self.key_mask.view(B, T).sum(1, dtype=torch.int32)
+        offsets = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+        return offsets, int(lengths.max()) if B else 0
 
     def spread(self, x: torch.Tensor) -> torch.Tensor:
         """(N, F) -> (B, T, F), anything at the padding: attention's queries, keys and values,
@@ -137,6 +151,8 @@ class SelfAttention(nn.Module):
         return scores / math.sqrt(self.head_dim)
 
     def forward(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
+        if self.packed(x):
+            return self.packed_attention(x, padding)
         q, k, v = (self.split_heads(padding.spread(W(x))) for W in (self.Wq, self.Wk, self.Wv))
         mask = padding.key_mask  # (B, 1, 1, T) or None
         if hasattr(self, "distance_embedding"):
@@ -145,6 +161,38 @@ class SelfAttention(nn.Module):
         dropout = self.dropout_p if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return padding.pack(out.transpose(1, 2).flatten(2))  # the heads side by side again
+
+    def packed(self, x: torch.Tensor) -> bool:
+        """Can attention run on the packed tokens themselves? On a GPU, in half precision, for
+        absolute positions, in eval mode, where this torch has the variable-length kernel."""
+        return (
+            x.is_cuda
+            and x.dtype in (torch.float16, torch.bfloat16)
+            and not self.training
+            and not hasattr(self, "distance_embedding")
+            and self.head_dim % 8 == 0  # FlashAttention's head sizes
+            and varlen_kernel() is not None
+        )
+
+    def packed_attention(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
+        """Each sequence's tokens attend to each other's, in place in the packing (N, hidden):
+        no padding is made, and none attended to. Scaled by 1 / sqrt(head_dim), as above."""
+        q, k, v = (
+            W(x).view(-1, self.num_heads, self.head_dim) for W in (self.Wq, self.Wk, self.Wv)
+        )
+        offsets, longest = padding.sequences()
+        out = varlen_kernel()(q, k, v, offsets, offsets, longest, longest)  # (N, heads, head_dim)
+        return out.reshape(len(x), -1)
+
+
+@cache
+def varlen_kernel():
+    """FlashAttention's variable-length kernel (torch >= 2.10), where this torch has it."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
 
 
 class AddNorm(nn.Module):
@@ -201,12 +249,15 @@ class Encoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x: torch.Tensor, padding: Padding) -> list[torch.Tensor]:
+    def forward(self, x: torch.Tensor, padding: Padding, every: bool = True) -> list[torch.Tensor]:
+        """Every layer's output (B, T, hidden), the embeddings' first; or, where not `every`,
+        the last layer's alone (the tokens stay packed till then: nothing is unpacked twice)."""
         hidden_states, h = [x], padding.pack(x)  # h: (N, hidden), the real tokens
         for layer in self.layer:
             h = layer(h, padding)
-            hidden_states.append(padding.unpack(h))
-        return hidden_states
+            if every:
+                hidden_states.append(padding.unpack(h))
+        return hidden_states if every else [padding.unpack(h)]
 
 
 class Pooler(nn.Module):
@@ -224,7 +275,8 @@ class Pooler(nn.Module):
 class BertOutput:
     last_hidden_state: torch.Tensor  # (B, T, hidden); zeros at padded positions
     pooler_output: torch.Tensor | None  # (B, hidden); None for a model without a pooler
-    hidden_states: tuple[torch.Tensor, ...]  # the embeddings' output, then every layer's
+    # the embeddings' output, then every layer's (none where output_hidden_states=False)
+    hidden_states: tuple[torch.Tensor, ...]
 
 
 class BertModel(nn.Module):
@@ -242,23 +294,28 @@ class BertModel(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = True,
     ) -> tuple[BertOutput, Padding]:
-        """The encoder's output, and where the real tokens are (for the heads)."""
+        """The encoder's output, and where the real tokens are (for the heads). Every layer's
+        hidden state, or (output_hidden_states=False) none but the last, which is faster."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        padding = Padding(attention_mask, input_ids.shape)
-        hidden_states = self.encoder(self.embeddings(input_ids, token_type_ids), padding)
+        padding = Padding(attention_mask, input_ids.shape, input_ids.device)
+        x = self.embeddings(input_ids, token_type_ids)
+        hidden_states = self.encoder(x, padding, every=output_hidden_states)
         last = hidden_states[-1]
         pooled = self.pooler(last) if self.pooler is not None else None
-        return BertOutput(last, pooled, tuple(hidden_states)), padding
+        kept = tuple(hidden_states) if output_hidden_states else ()
+        return BertOutput(last, pooled, kept), padding
 
     def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = True,
     ) -> BertOutput:
-        return self.encode(input_ids, attention_mask, token_type_ids)[0]
+        return self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)[0]
 
 
 # The heads, and the classes that put one on the encoder, under transformers' names. Each head

@@ -134,3 +134,33 @@ def test_padding_is_skipped_and_left_zero(checkpoints, batch):
         a = model(batch["input_ids"], None, batch["token_type_ids"]).last_hidden_state
         b = model(batch["input_ids"], ones, batch["token_type_ids"]).last_hidden_state
     assert (a - b).abs().max() <= FLOAT32_MAX_ABS
+
+
+def sequence_by_sequence(q, k, v, offsets, offsets_k, longest, longest_k):
+    """What FlashAttention's variable-length kernel computes, written plainly (for the CPU)."""
+    out = torch.empty_like(q)
+    for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+        each = [t[start:end].transpose(0, 1) for t in (q, k, v)]  # (heads, length, head_dim)
+        out[start:end] = torch.nn.functional.scaled_dot_product_attention(*each).transpose(0, 1)
+    return out
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_attention_on_the_packed_tokens_computes_what_the_padded_one_does(
+    masked, reference, batch, monkeypatch
+):
+    """The GPU's path (attention sequence by sequence in the packing, no padding made) against
+    the padded path, with the kernel's arithmetic written plainly so that it runs here."""
+    from bertconv import model as models
+
+    config = bertconv.BertConfig(**TINY)
+    model = models.BertModel(config).eval()
+    inputs = batch if masked else {k: v for k, v in batch.items() if k != "attention_mask"}
+    with torch.no_grad():
+        padded = model(**inputs)
+        monkeypatch.setattr(models.SelfAttention, "packed", lambda self, x: True)
+        monkeypatch.setattr(models, "varlen_kernel", lambda: sequence_by_sequence)
+        packed = model(**inputs)
+    real = batch["attention_mask"].bool() if masked else torch.ones_like(batch["input_ids"]).bool()
+    for a, b in zip(padded.hidden_states, packed.hidden_states, strict=True):
+        assert (a[real] - b[real]).abs().max() < 1e-5
