@@ -1,5 +1,6 @@
 """Target 6: TensorFlow checkpoints (google-tf bundles) written and read in flat memory: peak
-RSS at most 64 MB whatever the checkpoint's size, bert-base to bert-large. Writing one streams
+RSS at most 64 MB whatever the checkpoint's size, bert-base to bert-large; and (issue 19) in at
+most 3x the time `cp` takes to copy the same bytes. Writing one streams
 the kernels' transposition and checksums the data; reading one checks every block's and every
 tensor's CRC32C before converting. `cp` of the same bytes is the time baseline."""
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 from common import BENCH_DIR, BIN, alternate, checkpoint, median, run, table
 
-RSS_MB, REPS = 64, 3  # bert-large's round trip is ~15 s: a few repetitions suffice
+RSS_MB, REPS = 64, 3  # bert-large's round trip is ~5 s: a few repetitions suffice
+RATIO = 3.0  # at most this many times cp's time
 
 
 def bundle(shape: str) -> Path:
@@ -55,21 +57,29 @@ def rows_for(shape: str) -> tuple[list[list], float]:
         peak = max(peak, rss)
         rows.append([
             label, f"{seconds:.2f} s", f"{cp_time:.2f} s", f"{seconds / cp_time:.2f}x",
-            f"{rss:.0f} MB", "yes" if rss <= RSS_MB else "NO",
+            f"{rss:.0f} MB", "yes" if rss <= RSS_MB and seconds <= RATIO * cp_time else "NO",
         ])  # fmt: skip
     return rows, peak
 
 
 def main() -> str:
     (base, base_peak), (large, large_peak) = rows_for("base"), rows_for("large")
-    header = ["conversion", "bertconv", "cp", "ratio", f"peak RSS (<= {RSS_MB} MB)", "met"]
+    header = [
+        "conversion",
+        "bertconv",
+        "cp",
+        f"ratio (<= {RATIO:.0f}x)",
+        f"peak RSS (<= {RSS_MB} MB)",
+    ]
+    header += ["met"]
     title = f"## TensorFlow checkpoints (whole process, median of {REPS}, alternating)"
     note = (
         f"Peak memory from bert-base to bert-large (3x the bytes): {base_peak:.0f} MB to "
         f"{large_peak:.0f} MB. Kernels "
-        "are transposed a 4 MB block at a time, whatever their size; the rest is copied by the "
-        "kernel, as in Convert. No time target: the time over `cp` is the transposition "
-        "(without torch, ~10 ns an element) and the checksums (CRC32C of every byte)."
+        "are transposed a 4 MB block at a time by numpy, 8 rows at once, the next block made on "
+        "the second core while the last is written; the rest is copied by the kernel, as in "
+        "Convert. The time over `cp` is the transposition, the checksums (CRC32C of every "
+        "byte), and start-up with numpy's import (~0.25 s: most of bert-base's excess)."
     )
     return f"{title}\n\n{table(header, base + large)}\n\n{note}"
 

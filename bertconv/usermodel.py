@@ -48,8 +48,12 @@ SPELLINGS = {
 }  # fmt: skip
 # A mask that marks the padding rather than the tokens (nn.MultiheadAttention's convention).
 INVERTED_MASKS = ("key_padding_mask", "padding_mask", "pad_mask", "src_key_padding_mask")
-# Words that make a name something else than the attention mask: masked-LM positions, labels.
-NOT_THE_MASK = {"lm", "mlm", "masked", "pos", "position", "positions", "label", "labels"}
+# Words that make a name something else than the attention mask: masked-LM positions, labels,
+# a mask of heads, of the future, or of another sequence (cross-attention).
+NOT_THE_MASK = {
+    "lm", "mlm", "masked", "pos", "position", "positions", "label", "labels",
+    "head", "heads", "causal", "future", "encoder", "decoder", "memory", "tgt",
+}  # fmt: skip
 # Sizes a constructor may ask for by another name, and the config.json field that gives each.
 SIZE_NAMES = {
     "vocab_size": ("vocab_size", "vocab", "n_vocab", "ntoken", "num_tokens", "vocab_len"),

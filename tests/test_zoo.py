@@ -232,3 +232,13 @@ def test_the_closest_candidate_is_the_one_with_more_agreeing_outputs_then_the_sm
     further = {"embeddings": 1.0, "layer 1": 0.0}
     assert closeness(near) > closeness(far) > closeness(further) > closeness(None)
     assert closeness(far) > closeness({"embeddings": 0.0, "layer 1": float("nan")})
+
+
+def test_masks_of_other_things_are_not_the_attention_mask():
+    from bertconv.usermodel import _by_name
+
+    assert _by_name(["x", "head_mask", "encoder_attention_mask"]) == {"x": "input_ids"}
+    assert _by_name(["src", "src_key_padding_mask", "causal_mask"]) == {
+        "src": "input_ids",
+        "src_key_padding_mask": "attention_mask",
+    }
