@@ -135,20 +135,27 @@ def words(name: str) -> set[str]:
 # Layers ------------------------------------------------------------------------------------------
 
 
-def layer_pattern(names: list[str], layers: int) -> dict[str, str]:
+def layer_pattern(shapes: dict[str, tuple], layers: int) -> dict[str, str]:
     """Each name with its layer index replaced by `{layer}` (names outside the layers as they
     are). The index is a number in a name that runs over 0..layers-1 (or 1..layers) where the
-    rest of the name stays the same: `blocks.1.mlp.0.weight`, `params.l1_wq`, `Wq.1`."""
-    seen: dict[str, set[int]] = {}
-    found: dict[str, list[tuple[str, int]]] = {}
-    for name in names:
+    rest of the name stays the same, and the tensors are alike (every layer's is the same
+    shape; a list of three embeddings is not three layers): `blocks.1.mlp.0.weight`,
+    `params.l1_wq`, `Wq.1`. `shapes`: each tensor's, by name."""
+    seen: dict[str, dict[int, tuple]] = {}
+    found: dict[str, list[str]] = {}
+    for name, shape in shapes.items():
         for match in re.finditer(r"(?<![0-9])[0-9]+(?![0-9])", name):
             pattern = name[: match.start()] + "{layer}" + name[match.end() :]
-            seen.setdefault(pattern, set()).add(int(match.group()))
-            found.setdefault(name, []).append((pattern, int(match.group())))
+            seen.setdefault(pattern, {})[int(match.group())] = tuple(shape)
+            found.setdefault(name, []).append(pattern)
+    runs = (set(range(layers)), _one(layers))
+
+    def is_layers(pattern: str) -> bool:
+        return set(seen[pattern]) in runs and len(set(seen[pattern].values())) == 1
+
     out = {}
-    for name in names:
-        fits = [p for p, _ in found.get(name, []) if seen[p] in (set(range(layers)), _one(layers))]
+    for name in shapes:
+        fits = [p for p in found.get(name, []) if is_layers(p)]
         out[name] = fits[0] if fits and layers > 1 else name
     return out
 
@@ -929,7 +936,7 @@ def _looked_at(model: nn.Module, tensors: dict, config: BertConfig, spec: str) -
 
 def _model(trace: Trace, tensors: dict, config: BertConfig) -> Model:
     """The user's units, those of layer 0 standing for every layer's."""
-    patterns = layer_pattern(list(tensors), config.num_hidden_layers)
+    patterns = layer_pattern({n: t.shape for n, t in tensors.items()}, config.num_hidden_layers)
     # A parameter under two names (a tied decoder) is one unit: its second name a tied copy.
     first: dict[int, str] = {}
     tied = {}

@@ -34,6 +34,7 @@ COMPUTES_BERT = {
     "task_heads.py:Tagger": None,
     "pkgbert/model.py:PkgBert": None,
     "not_bert.py:PostLNBert": "pooler",
+    "sequential.py:SeqBert": None,
 }
 
 
