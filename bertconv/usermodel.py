@@ -439,15 +439,15 @@ class Harness:
         return batch
 
     def call(self, batch: dict[str, torch.Tensor]):
+        """The forward, given what the plan says, as its parameters take it."""
+        mask = batch["attention_mask"]
         values = {
-            "input_ids": batch["input_ids"],
-            "attention_mask": ~batch["attention_mask"].bool()
-            if self.plan.inverted
-            else batch["attention_mask"],
-            "token_type_ids": batch["token_type_ids"],
-            "lengths": batch["attention_mask"].sum(-1),
+            "input_ids": lambda: batch["input_ids"],
+            "attention_mask": lambda: ~mask.bool() if self.plan.inverted else mask,
+            "token_type_ids": lambda: batch["token_type_ids"],
+            "lengths": lambda: mask.sum(-1),
         }
-        args = {theirs: values[ours] for theirs, ours in self.plan.arguments.items()}
+        args = {theirs: values[ours]() for theirs, ours in self.plan.arguments.items()}
         if self.plan.keywords:
             return self.model(**args)
         return self.model(*args.values())
