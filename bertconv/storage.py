@@ -18,7 +18,7 @@ import struct
 import threading
 from array import array
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from functools import cache
 from itertools import zip_longest
 from pathlib import Path
@@ -173,50 +173,87 @@ def _read_range(t: Tensor, start: int, end: int) -> bytes:
 def _transposed_rows(t: Transposed) -> Iterator[memoryview]:
     """The rows of a transposed tensor in blocks of about BAND bytes, in memory bounded whatever
     its size (bert-large's feed-forward kernels are 16 MB, larger models' larger still): a block
-    is some columns of the source, gathered by numpy from its rows in bands of about BAND bytes,
-    each band mapped from the file (or taken from memory) and let go once used. The next block
-    is made on a second core while the caller writes this one (numpy lets go of the GIL)."""
+    is some columns of the source, gathered by numpy from its rows in bands of about BAND bytes.
+    A stored source is mapped from its file, each band let go of once used (so that the mapping
+    never holds more than a band); others are copied a band at a time."""
     import numpy as np  # here only: --help and renaming conversions never need it
 
     rows, cols = t.source.shape
     item = ITEM_SIZE[t.dtype]
     kind = np.dtype(f"<u{item}")  # the bytes as they are: any dtype of that width
     width = max(1, BAND // (item * rows or 1))  # source columns per block
-    starts = list(range(0, cols, width))
-    buffers = [np.empty(min(width, cols) * rows, dtype=kind) for _ in range(min(2, len(starts)))]
-
-    def make(b: int):
-        j = starts[b]
-        block = buffers[b % 2][: min(width, cols - j) * rows].reshape(-1, rows)
-        _transpose_columns(t.source, j, block, item, kind)
-        return memoryview(block).cast("B")
-
-    with ThreadPoolExecutor(1) as helper:
-        ahead = helper.submit(make, 0) if starts else None
-        for b in range(len(starts)):
-            block = ahead.result()
-            # the next block into the other buffer, while the caller writes this one
-            ahead = helper.submit(make, b + 1) if b + 1 < len(starts) else None
-            yield block
-
-
-def _transpose_columns(source: Tensor, j: int, block, item: int, kind) -> None:
-    """Columns j.. of `source` (rows, cols), as many as `block` has rows, into `block`."""
-    import numpy as np
-
-    k, rows = block.shape
-    cols = source.shape[1]
     height = max(1, BAND // (item * cols or 1))  # source rows per band
-    band = np.empty(min(height, rows) * cols, dtype=kind)  # read into, band after band
-    for r in range(0, rows, height):
-        n = min(height, rows - r)
-        rows_of = band[: n * cols]
-        _read_into(source, r * cols * item, memoryview(rows_of).cast("B"))
-        rows_of = rows_of.reshape(n, cols)[:, j : j + k]
-        # A few rows at a time: their columns stay in the cache while written (~3x faster
-        # than one transposing copy of the whole band).
+    block = np.empty(min(width, cols) * rows, dtype=kind)
+    with _Bands(t.source, kind, height) as bands:
+        for j in range(0, cols, width):
+            out = block[: min(width, cols - j) * rows].reshape(-1, rows)
+            for r in range(0, rows, height):
+                bands.transpose_into(out, r, j)
+            yield memoryview(out).cast("B")
+
+
+def _mapped(t: Stored) -> tuple[mmap.mmap, int]:
+    """The file's pages holding `t`, mapped read-only, and where `t` starts in them (a mapping
+    starts at a multiple of mmap's granularity)."""
+    base = t.start - t.start % mmap.ALLOCATIONGRANULARITY
+    with open(t.path, "rb") as f:
+        # Reading a mapping past the file's end kills the process: a file cut short is named.
+        if os.fstat(f.fileno()).st_size < t.end:
+            raise CheckpointError(f"{t.path}: ends before the data its header promises")
+        mapping = mmap.mmap(f.fileno(), t.end - base, offset=base, access=mmap.ACCESS_READ)
+    return mapping, t.start - base
+
+
+class _Bands:
+    """Bands of `height` rows of a 2-D tensor, read as numpy arrays of `kind`: mapped from the
+    file for a stored tensor, copied into one buffer otherwise."""
+
+    def __init__(self, source: Tensor, kind, height: int):
+        import numpy as np
+
+        self.source, self.kind, self.height = source, kind, height
+        self.rows, self.cols = source.shape
+        self.map, self.buffer, self.skip = None, None, 0
+        if isinstance(source, Stored) and nbytes(source):
+            self.map, self.skip = _mapped(source)
+        elif nbytes(source):
+            self.buffer = np.empty(min(height, self.rows) * self.cols, dtype=kind)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # A band still held by an exception's frame: the mapping is closed when it goes.
+        with suppress(BufferError):
+            self.map is not None and self.map.close()
+
+    def transpose_into(self, out, r: int, j: int) -> None:
+        """out[:, r:r+n] = columns j.. of the band of rows r..r+n, a few rows at a time: their
+        columns stay in the cache while written (~3x faster than one transposing copy)."""
+        import numpy as np
+
+        n = min(self.height, self.rows - r)
+        item, cols = self.kind.itemsize, self.cols
+        if self.map is not None:
+            at = self.skip + r * cols * item
+            band = np.frombuffer(self.map, self.kind, n * cols, at).reshape(n, cols)
+        else:
+            band = self.buffer[: n * cols]
+            _read_into(self.source, r * cols * item, memoryview(band).cast("B"))
+            band = band.reshape(n, cols)
+        band = band[:, j : j + out.shape[0]]
         for i in range(0, n, TILE):
-            block[:, r + i : r + min(i + TILE, n)] = rows_of[i : i + TILE].T
+            out[:, r + i : r + min(i + TILE, n)] = band[i : i + TILE].T
+        del band
+        if self.map is not None:
+            self._let_go(self.skip + r * cols * item, n * cols * item)
+
+    def _let_go(self, at: int, size: int) -> None:
+        """Drop the band's pages from this process (they stay in the page cache): a mapping's
+        pages count in its memory as they are touched."""
+        low, high = at - at % PAGE, at + size - (at + size) % PAGE
+        if high > low and hasattr(mmap, "MADV_DONTNEED"):  # (not on every system)
+            self.map.madvise(mmap.MADV_DONTNEED, low, high - low)
 
 
 def _read_into(t: Tensor, start: int, into: memoryview) -> None:
@@ -381,25 +418,29 @@ EXPONENT = {"F16": (0x7C, 0x00), "BF16": (0x7F, 0x80), "F32": (0x7F, 0x80), "F64
 SCAN = 1 << 20  # bytes read at a time: a block and its slices stay in the CPU's cache
 
 
-def nonfinite(tensors: dict[str, Tensor]) -> list[str]:
+def nonfinite(tensors: dict[str, Tensor], vectorised: bool = False) -> list[str]:
     """The names of the floating-point tensors that hold a NaN or an Inf, found without torch:
     a C-speed pass over the top byte of each element, and an exact test of the exponent only
-    where the top byte allows one (~0.1 s for bert-base's 440 MB)."""
+    where the top byte allows one (~0.1 s for bert-base's 440 MB). `vectorised`: by numpy,
+    for a conversion that imports it anyway (it transposes): as fast, and it lets go of the
+    GIL, so that a scan beside the transposition does not hold it up."""
+    test = _has_nonfinite_vectorised if vectorised else _has_nonfinite
     return [
         name
         for name, t in tensors.items()
-        if t.dtype in EXPONENT and any(_has_nonfinite(b, t.dtype) for b in blocks(t))
+        if t.dtype in EXPONENT and any(test(b, t.dtype) for b in blocks(t))
     ]
 
 
-def nonfinite_soon(tensors: dict[str, Tensor]) -> Callable[[], list[str]]:
-    """Start `nonfinite(tensors)` in a thread and return a function that waits for its answer.
-    The copy of a conversion runs in the kernel, outside the GIL, so the scan overlaps it."""
+def nonfinite_soon(tensors: dict[str, Tensor], vectorised: bool = False) -> Callable[[], list[str]]:
+    """Start `nonfinite(tensors, vectorised)` in a thread and return a function that waits for
+    its answer. The copy of a conversion runs in the kernel, outside the GIL, so the scan
+    overlaps it."""
     answer: list = []
 
     def scan() -> None:
         try:
-            answer.append(nonfinite(tensors))
+            answer.append(nonfinite(tensors, vectorised))
         except BaseException as e:  # raised again by the waiting function
             answer.append(e)
 
@@ -413,6 +454,17 @@ def nonfinite_soon(tensors: dict[str, Tensor]) -> Callable[[], list[str]]:
         return answer[0]
 
     return wait
+
+
+def transposes(tensors: dict[str, Tensor]) -> bool:
+    """Whether writing these tensors transposes any (and so imports numpy)."""
+
+    def transposed(t: Tensor) -> bool:
+        return isinstance(t, Transposed) or (
+            isinstance(t, Joined) and any(map(transposed, t.parts))
+        )
+
+    return any(map(transposed, tensors.values()))
 
 
 @cache
@@ -437,6 +489,17 @@ def _has_nonfinite(block: bytes | bytearray, dtype: str) -> bool:
     high = int.from_bytes(top.translate(top_table), "little")
     low = int.from_bytes(block[item - 2 :: item].translate(below_table), "little")
     return bool(high & low)
+
+
+def _has_nonfinite_vectorised(block: bytes | bytearray, dtype: str) -> bool:
+    """_has_nonfinite by numpy: elements whose exponent bits are all set."""
+    import numpy as np
+
+    item = ITEM_SIZE[dtype]
+    high, low = EXPONENT[dtype]
+    exponent = high << 8 * (item - 1) | low << 8 * (item - 2)
+    values = np.frombuffer(block, dtype=f"<u{item}")
+    return bool(np.any(values & exponent == exponent))
 
 
 def blocks(t: Tensor) -> Iterator[bytes | bytearray]:
@@ -552,24 +615,35 @@ def _merged(parts: Iterator) -> Iterator[bytes | tuple[Path, int, int]]:
 def _copy_range(src: int, dst: int, offset: int, position: int, count: int, progress) -> None:
     """Copy `count` bytes at `offset` in `src` to `position` in `dst`, a large range in two
     halves at once: the kernel's copy is CPU work, and a second core makes it ~10% faster."""
+
+    def copy(spans: list[tuple[int, int, int]], report) -> None:
+        for span in spans:
+            _copy_span(src, dst, *span, report)
+
+    on_two_cores(copy, _spans(offset, position, count), progress)
+
+
+def on_two_cores(work: Callable, shares: list, progress: Callable[[int], None]) -> None:
+    """`work(share, report)` for each of one or two shares at once, the second on a thread of
+    its own (for work that lets go of the GIL: the kernel's copies, reads); `report` passes
+    progress on from either thread. The first failure is raised here."""
     lock, failed = threading.Lock(), []
 
     def report(n: int) -> None:
         with lock:  # a progress bar is not made for two threads
             progress(n)
 
-    def copy(spans: list[tuple[int, int, int]]) -> None:
+    def run(share) -> None:
         try:
-            for span in spans:
-                _copy_span(src, dst, *span, report)
+            work(share, report)
         except BaseException as e:  # raised again in the calling thread
             failed.append(e)
 
-    mine, *others = _spans(offset, position, count)
-    helpers = [threading.Thread(target=copy, args=(spans,)) for spans in others]
+    mine, *others = shares
+    helpers = [threading.Thread(target=run, args=(share,)) for share in others]
     for helper in helpers:
         helper.start()
-    copy(mine)
+    run(mine)
     for helper in helpers:
         helper.join()
     if failed:

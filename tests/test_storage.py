@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertconv import storage
+from hostile import hostile
 
 
 def test_written_files_read_back_with_safetensors_and_keep_the_page_offset(tmp_path):
@@ -150,3 +151,16 @@ def test_a_transposed_tensor_is_exact_in_any_shape_and_band(shape, tmp_path, mon
         assert torch.equal(
             torch.frombuffer(bytearray(back), dtype=torch.float32).view(shape[::-1]), original.T
         )
+
+
+def test_a_source_cut_short_after_its_header_was_read_is_named(tmp_path):
+    """A transposed tensor is mapped from its file: a file that no longer holds the bytes its
+    header promised is named, not mapped (reading past its end would kill the process)."""
+    from bertconv.errors import CheckpointError
+
+    save_file({"w": torch.randn(64, 48)}, tmp_path / "w.safetensors")
+    stored = storage.read_header(tmp_path / "w.safetensors")[0]["w"]
+    with open(hostile(tmp_path / "w.safetensors"), "r+b") as f:
+        f.truncate(stored.end - 4)
+    with pytest.raises(CheckpointError, match="ends before the data its header promises"):
+        storage.read_bytes(storage.transpose(stored))
