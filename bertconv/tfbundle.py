@@ -40,6 +40,7 @@ VERSION = 1  # of the bundle format, which TensorFlow has written since 2016
 BLOCK_SIZE = 262144  # TensorFlow's table::Options: the size a data block is cut at
 RESTART_INTERVAL = 16  # entries between restart points (the index block: every entry)
 HEADER_KEY = b""
+READ = 256 << 10  # bytes read at a time to checksum
 # TensorFlow's DataType enum -> safetensors' dtype names (the numeric types a BERT holds)
 DTYPES = {1: "F32", 2: "F64", 3: "I32", 4: "U8", 5: "I16", 6: "I8", 9: "I64", 10: "BOOL",
           14: "BF16", 17: "U16", 19: "F16", 22: "U32", 23: "U64"}  # fmt: skip
@@ -487,30 +488,45 @@ def _check_data_files(index: Path, tensors: dict[str, storage.Stored]) -> None:
 
 
 def _check_crcs(tensors: dict[str, storage.Stored], crcs: dict[str, int], progress) -> None:
-    """Every tensor's bytes against its checksum, each data file opened once and read in the
-    order of its bytes (read straight into the bytes the checksum takes: one copy)."""
-    files_of: dict[Path, list[tuple[str, storage.Stored]]] = {}
+    """Every tensor's bytes against its checksum, each data file read once, in the order of its
+    bytes."""
+    files_of: dict[Path, list[str]] = {}
     for name, t in tensors.items():
-        files_of.setdefault(t.path, []).append((name, t))
-    for path, held in files_of.items():
+        files_of.setdefault(t.path, []).append(name)
+    for path, names in files_of.items():
+        names.sort(key=lambda name: tensors[name].start)
+        found = checksums(path, [tensors[name] for name in names], progress)
+        for name, crc in zip(names, found, strict=True):
+            if mask(crc) != crcs[name]:
+                raise CheckpointError(
+                    f"{path}: tensor {name!r} does not match the checksum its index gives; the "
+                    "checkpoint is damaged: download it again"
+                )
+
+
+def checksums(path: Path, spans: list[storage.Stored], progress=lambda n: None) -> list[int]:
+    """The CRC32C of each range of the file `path`, the ranges read in two halves at once (the
+    reads let go of the GIL; the checksum is ~10x faster than the read)."""
+    found = [0] * len(spans)
+    half, at = sum(t.end - t.start for t in spans) // 2, 0
+    split = next((i for i, t in enumerate(spans) if (at := at + t.end - t.start) > half), 0)
+
+    def work(indices: range, report) -> None:
         with open(path, "rb", buffering=0) as f:
-            for name, t in sorted(held, key=lambda item: item[1].start):
-                _check_crc(f.fileno(), name, t, crcs[name], progress)
+            for i in indices:
+                found[i] = _crc_of(f.fileno(), spans[i], report)
+
+    shares = [range(0, split), range(split, len(spans))]
+    storage.on_two_cores(work, [s for s in shares if s] or [range(0)], progress)
+    return found
 
 
-def _check_crc(fd: int, name: str, t: storage.Stored, expected: int, progress) -> None:
-    if mask(_crc_of(fd, t, progress)) != expected:
-        raise CheckpointError(
-            f"{t.path}: tensor {name!r} does not match the checksum its index gives; the "
-            "checkpoint is damaged: download it again"
-        )
-
-
-def _crc_of(fd: int, t: storage.Stored, progress=lambda n: None) -> int:
-    """The CRC32C of a stored tensor's bytes, read from the open file `fd`."""
+def _crc_of(fd: int, t: storage.Stored, progress) -> int:
+    """The CRC32C of a stored tensor's bytes, read from the open file `fd` (in reads of
+    READ bytes: larger ones are each a fresh allocation the kernel must fault in)."""
     crc, at = 0, t.start
     while at < t.end:
-        block = os.pread(fd, min(storage.SCAN, t.end - at), at)
+        block = os.pread(fd, min(READ, t.end - at), at)
         if not block:
             raise CheckpointError(f"{t.path}: ends before the data its header promises")
         crc = crc32c(block, crc)
@@ -525,14 +541,14 @@ def write_bundle(index: Path, data: Path, tensors: dict, progress=lambda n: None
     index file. The index names no file: the data is found beside it, by its name."""
     names = sorted(tensors, key=lambda n: n.encode())
     storage.write_raw(data, [tensors[n] for n in names], progress)
-    builder, offset = TableBuilder(), 0
+    written, offset = [], 0
+    for name in names:
+        t = tensors[name]
+        written.append(storage.Stored(data, t.dtype, t.shape, offset, offset + storage.nbytes(t)))
+        offset = written[-1].end
+    builder = TableBuilder()
     builder.add(HEADER_KEY, HEADER_PROTO)
-    with open(data, "rb", buffering=0) as written:
-        for name in names:
-            t = tensors[name]
-            size = storage.nbytes(t)
-            stored = storage.Stored(data, t.dtype, t.shape, offset, offset + size)
-            crc = mask(_crc_of(written.fileno(), stored))
-            builder.add(name.encode(), entry_proto(TF_DTYPES[t.dtype], t.shape, offset, size, crc))
-            offset += size
+    for name, t, crc in zip(names, written, checksums(data, written), strict=True):
+        entry = entry_proto(TF_DTYPES[t.dtype], t.shape, t.start, t.end - t.start, mask(crc))
+        builder.add(name.encode(), entry)
     index.write_bytes(builder.finish())

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 import bertconv
 from bertconv import tfbundle
+from bertconv.errors import CheckpointError
 from bertconv.verify import verify
 from hostile import hostile
 
@@ -97,6 +98,21 @@ def test_every_checksum_is_checked(file, at, message, tmp_path, cli):
     code, _, err = cli("convert", directory, "--out", tmp_path / "out")
     assert code == 4 and message in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_tensor_is_named_wherever_it_lies(tmp_path):
+    """The checksums are read in two halves at once: damage in the first tensor, one in the
+    middle and the last is each found, and named, whichever half read it."""
+    from bertconv import checkpoint
+
+    data = "bert_model.ckpt.data-00000-of-00001"
+    tensors = tfbundle.read_bundle(TINY_TF / "bert_model.ckpt")
+    by_place = sorted(tensors.items(), key=lambda item: item[1].start)
+    for n, (name, t) in enumerate([by_place[0], by_place[len(by_place) // 2], by_place[-1]]):
+        directory = spoiled(tmp_path / str(n), data, t.end - 1)
+        with pytest.raises(CheckpointError, match="does not match the checksum") as e:
+            checkpoint.read_checkpoint(directory)
+        assert repr(name) in str(e.value)
 
 
 def test_a_truncated_data_file_is_named(tmp_path, cli):
