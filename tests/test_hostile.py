@@ -547,6 +547,15 @@ def test_convert_names_tensors_holding_nan_or_inf_and_keeps_their_bytes(source, 
     assert torch.isnan(written["bert.embeddings.position_embeddings.weight"][63, 5])
 
 
+def test_a_conversion_that_transposes_names_them_too(source, tmp_path, cli):
+    """Writing TensorFlow's layout transposes the kernels, and the scan beside it is numpy's."""
+    kernel = "bert.encoder.layer.0.intermediate.dense.weight"
+    spoil(source, {kernel: ((3, 7), float("inf"))})
+    code, _, err = cli("convert", source, "--to", "google-tf", "--out", tmp_path / "out")
+    assert code == 0, err
+    assert "1 tensors of the source hold NaN or Inf" in err and kernel in err
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 def test_the_scan_finds_nan_and_inf_in_every_float_dtype(dtype, tmp_path):
     from bertconv import storage
@@ -561,6 +570,8 @@ def test_the_scan_finds_nan_and_inf_in_every_float_dtype(dtype, tmp_path):
     save_file(tensors, tmp_path / "t.safetensors")
     stored, _ = storage.read_header(tmp_path / "t.safetensors")
     assert storage.nonfinite(stored) == ["bad0", "bad1", "bad2"]
+    # numpy's scan, for conversions that transpose, finds the same
+    assert storage.nonfinite(stored, vectorised=True) == ["bad0", "bad1", "bad2"]
 
 
 def test_verify_fails_naming_a_nan_weight_even_one_the_inputs_never_touch(source, cli):
