@@ -70,6 +70,36 @@ def test_the_writer_produces_the_bytes_tensorflow_produced(name, tmp_path):
     assert data.read_bytes() == Path(f"{prefix}.data-00000-of-00001").read_bytes()
 
 
+def test_a_writer_that_fails_midway_writes_no_index_and_leaves_no_thread(tmp_path, monkeypatch):
+    """Checksums are taken beside the writing, by a thread following it: where the writing
+    fails (a full disk, say), the failure is the one raised, and the thread has ended."""
+    import errno
+    import threading
+
+    from bertconv import storage
+
+    tensors = tfbundle.read_bundle(BUNDLES["many"])
+    for name in sorted(tensors)[::2]:  # bytes between the copied ranges: many runs, not one
+        t = tensors[name]
+        tensors[name] = storage.InMemory(t.dtype, t.shape, storage.read_bytes(t))
+    calls = []
+
+    def full_disk(*args):
+        calls.append(args)
+        if len(calls) > 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(*args)
+
+    original = storage._copy_span
+    monkeypatch.setattr(storage, "_copy_span", full_disk)
+    before = threading.active_count()
+    index, data = tmp_path / "w.index", tmp_path / "w.data"
+    with pytest.raises(OSError, match="No space left"):
+        tfbundle.write_bundle(index, data, tensors)
+    assert not index.exists() and len(calls) > 3
+    assert threading.active_count() == before
+
+
 def test_the_large_index_spans_several_table_blocks():
     """`many` has an index of ~390 KB: TensorFlow cut its table into blocks of 256 KB, and the
     writer must cut it where TensorFlow did (the byte-for-byte test above)."""
