@@ -170,7 +170,9 @@ class SelfAttention(nn.Module):
             and x.dtype in (torch.float16, torch.bfloat16)
             and not self.training
             and not hasattr(self, "distance_embedding")
-            and self.head_dim % 8 == 0  # FlashAttention's head sizes
+            and self.head_dim % 8 == 0
+            and self.head_dim <= 256  # FlashAttention's head sizes
+            and flash_capable(x.device)
             and varlen_kernel() is not None
         )
 
@@ -183,6 +185,13 @@ class SelfAttention(nn.Module):
         offsets, longest = padding.sequences()
         out = varlen_kernel()(q, k, v, offsets, offsets, longest, longest)  # (N, heads, head_dim)
         return out.reshape(len(x), -1)
+
+
+@cache
+def flash_capable(device: torch.device) -> bool:
+    """FlashAttention's kernels run on GPUs of compute capability 8.0 (Ampere) and up; older
+    ones (a T4, a V100) keep the padded path."""
+    return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 @cache

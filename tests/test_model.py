@@ -145,6 +145,33 @@ def sequence_by_sequence(q, k, v, offsets, offsets_k, longest, longest_k):
     return out
 
 
+@pytest.mark.parametrize(
+    "capability, head_dim, dtype, packed",
+    [
+        ((9, 0), 64, torch.bfloat16, True),  # an H100
+        ((8, 0), 64, torch.float16, True),  # an A100
+        ((7, 5), 64, torch.bfloat16, False),  # a T4: no FlashAttention
+        ((9, 0), 64, torch.float32, False),  # float32 keeps the exact path
+        ((9, 0), 12, torch.bfloat16, False),  # a head size the kernel does not take
+    ],
+)
+def test_the_packed_path_is_taken_only_where_flashattention_runs(
+    capability, head_dim, dtype, packed, monkeypatch
+):
+    from types import SimpleNamespace
+
+    from bertconv import model as models
+
+    config = bertconv.BertConfig(**{**TINY, "hidden_size": head_dim * 2, "num_attention_heads": 2})
+    attention = models.SelfAttention(config).eval()
+    models.flash_capable.cache_clear()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(models, "varlen_kernel", lambda: object())
+    x = SimpleNamespace(is_cuda=True, dtype=dtype, device=torch.device("cuda", 0))
+    assert attention.packed(x) is packed
+    models.flash_capable.cache_clear()
+
+
 @pytest.mark.parametrize("masked", [True, False])
 def test_attention_on_the_packed_tokens_computes_what_the_padded_one_does(
     masked, reference, batch, monkeypatch
