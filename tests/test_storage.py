@@ -138,22 +138,25 @@ def test_writing_streams_a_tensor_at_a_time(tmp_path):
 
 
 @pytest.mark.parametrize("shape", [(3, 5), (37, 11), (1000, 7), (9, 1100)])
-def test_a_transposed_tensor_is_exact_in_any_shape_and_band(shape, tmp_path, monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int8])
+def test_a_transposed_tensor_is_exact_in_any_shape_and_band(shape, dtype, tmp_path, monkeypatch):
     """Kernels are transposed a band of rows at a time, a few rows at once: shapes that fill
-    neither a band nor a tile come out exact, from a file and from memory alike."""
+    neither a band nor a tile come out exact, in elements of any width, from a file and from
+    memory alike."""
     monkeypatch.setattr(storage, "BAND", 4 * 64)  # a few rows a band, a few columns a block
     g = torch.Generator().manual_seed(0)
-    original = torch.randn(shape, generator=g)
+    original = (torch.randn(shape, generator=g) * 50).to(dtype)
     save_file({"w": original}, tmp_path / "w.safetensors")
     stored = storage.read_header(tmp_path / "w.safetensors")[0]["w"]
     # a hand-made file may put a tensor at any byte: mapped pages start where they must
+    raw = original.view(torch.uint8).numpy().tobytes()
     odd = tmp_path / "odd.bin"
-    odd.write_bytes(b"x" * 3 + original.numpy().tobytes() + b"yy")
-    misaligned = storage.Stored(odd, "F32", shape, 3, 3 + original.numel() * 4)
+    odd.write_bytes(b"x" * 3 + raw + b"yy")
+    misaligned = storage.Stored(odd, stored.dtype, shape, 3, 3 + len(raw))
     for source in (stored, misaligned, storage.from_torch(original)):
         back = storage.read_bytes(storage.transpose(source))
         assert torch.equal(
-            torch.frombuffer(bytearray(back), dtype=torch.float32).view(shape[::-1]), original.T
+            torch.frombuffer(bytearray(back), dtype=dtype).view(shape[::-1]), original.T
         )
 
 
