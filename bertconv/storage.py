@@ -223,9 +223,10 @@ class _Bands:
         return self
 
     def __exit__(self, *exc) -> None:
-        # A band still held by an exception's frame: the mapping is closed when it goes.
-        with suppress(BufferError):
-            self.map is not None and self.map.close()
+        if self.map is not None:
+            # A band still held by an exception's frame: the mapping is closed when it goes.
+            with suppress(BufferError):
+                self.map.close()
 
     def transpose_into(self, out, r: int, j: int) -> None:
         """out[:, r:r+n] = columns j.. of the band of rows r..r+n, a few rows at a time: their
