@@ -59,6 +59,9 @@ class BertConfig:
     num_labels: int = 2  # transformers' default; config.json gives it as id2label
     classifier_dropout: float | None = None  # the task heads' dropout; hidden_dropout_prob if None
     position_embedding_type: str = "absolute"  # or relative_key(_query): see model.SelfAttention
+    # the architecture's catalog, mappings/architectures/MODEL_TYPE.toml (Google's
+    # bert_config.json names none: BERT)
+    model_type: str = "bert"
 
     @property
     def relative(self) -> bool:

@@ -20,7 +20,7 @@ import math
 import re
 import tomllib
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import NamedTuple
 
@@ -74,6 +74,15 @@ class Row(NamedTuple):
     group: str = ENCODER
 
 
+class Holder(NamedTuple):
+    """A tensor of a layout that holds an official tensor: a row's (part `part` of the `parts`
+    official tensors a fused row holds) or a tied copy's."""
+
+    name: str
+    part: int = 0
+    parts: int = 1
+
+
 class Generated(NamedTuple):
     """A tensor the layout's model expects that no official tensor holds (a constant buffer)."""
 
@@ -118,6 +127,23 @@ class Table:
             if name in names:
                 return place
         return None
+
+    @cached_property
+    def holders(self) -> dict[str, tuple[Holder, ...]]:
+        """Official name -> the layout's tensors that hold it: its row's, then any tied copy's.
+        The one inverse of the table ("which names does this layout give this tensor")."""
+        found: dict[str, list[Holder]] = {}
+        for row in self.rows.values():
+            for part, official in enumerate(row.official):
+                found.setdefault(official, []).append(Holder(row.name, part, len(row.official)))
+        for copy, original in self.tied.items():
+            for official in self.rows[original].official:
+                found.setdefault(official, []).append(Holder(copy))
+        return {official: tuple(holders) for official, holders in found.items()}
+
+    def names_for(self, official: str) -> tuple[str, ...]:
+        """The layout's names for an official tensor (a row's, then tied copies'); () if none."""
+        return tuple(h.name for h in self.holders.get(official, ()))
 
     def row_of(self, name: str) -> Row:
         """The row a name placed as a row or an alias is read through."""
@@ -353,7 +379,9 @@ def _class_problems(classes: dict, groups: set[str]) -> list[tuple[str, str]]:
     for name, spec in classes.items():
         wanted = spec.get("groups") if isinstance(spec, dict) else None
         outputs = spec.get("outputs") if isinstance(spec, dict) else None
-        if not isinstance(wanted, list) or not all(g in groups for g in wanted):
+        if isinstance(spec, dict) and not isinstance(spec.get("pooler", False), bool):
+            problems.append((name, "pooler: true or false"))
+        elif not isinstance(wanted, list) or not all(g in groups for g in wanted):
             problems.append((name, f"groups: a list of groups ({', '.join(sorted(groups))})"))
         elif not isinstance(outputs, list) or not all(_is_output(o, wanted) for o in outputs):
             problems.append(
@@ -604,6 +632,12 @@ def outputs(model_class: str) -> list[tuple[str, str, bool]]:
 def anchors() -> dict[str, list[str]]:
     """The official tensors whose last use in a forward gives each compared output."""
     return architecture()["anchors"]
+
+
+def has_pooler(class_name: str, model_type: str = "bert") -> bool:
+    """Does transformers' class build a pooler (its groups name one, or it says so)?"""
+    spec = architecture(model_type)["classes"][class_name]
+    return "pooler" in spec["groups"] or spec.get("pooler", False)
 
 
 def class_for(groups: set[str] | frozenset[str]) -> str:
