@@ -7,7 +7,14 @@ from pathlib import Path
 
 from .errors import CheckpointError
 
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+# hidden_act's names, each as the torch.nn.functional function that computes it and its keyword
+# arguments (data, so that this module stays torch-free; model.activation makes the function).
+ACTIVATIONS = {
+    "gelu": ("gelu", {}),  # the exact, erf-based GELU of the original release
+    "gelu_new": ("gelu", {"approximate": "tanh"}),
+    "gelu_pytorch_tanh": ("gelu", {"approximate": "tanh"}),
+    "relu": ("relu", {}),
+}
 
 # config.json fields that would change what the model computes, with the only value implemented.
 # Fields not named here and not in BertConfig (architectures, dtype, use_cache, ...) do not change
@@ -33,7 +40,7 @@ SIZES = {
 PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
 
-def architectures() -> list[str]:
+def _unused_architectures():
     """The model_types there is a catalog of (mappings/architectures/MODEL_TYPE.toml)."""
     from . import mappings
 
@@ -148,7 +155,7 @@ def _field_problem(name: str, value) -> str | None:
             return f"position_embedding_type={value!r} is not supported (one of {POSITIONS})"
     elif name == "hidden_act":
         if not isinstance(value, str) or value not in ACTIVATIONS:
-            return f"hidden_act={value!r} is not supported (one of {ACTIVATIONS})"
+            return f"hidden_act={value!r} is not supported (one of {tuple(ACTIVATIONS)})"
     elif name in PROBABILITIES or name == "classifier_dropout":
         if not _is_number(value) or not 0 <= value <= 1:
             return f"{name}={value!r} is not a probability (a number in 0..1)"

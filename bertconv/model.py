@@ -9,22 +9,26 @@ LayerNorms hold `gamma/beta`; everything else keeps the names of the original re
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import BertConfig
+from .config import ACTIVATIONS, BertConfig
 
-# One function for each name config.ACTIVATIONS accepts.
-ACTIVATION_FNS = {
-    "gelu": F.gelu,  # the exact, erf-based GELU of the original release
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-}
+
+def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The function a config's hidden_act names (config.ACTIVATIONS)."""
+    function, kwargs = ACTIVATIONS[name]
+    return partial(getattr(F, function), **kwargs)
+
+
+# What the model's layers are built with, by name: tests swap an entry to make the model compute
+# something else (verify and its diagnosis must then find it).
+ACTIVATION_FNS = {name: activation(name) for name in ACTIVATIONS}
 
 
 class LayerNorm(nn.Module):
@@ -113,6 +117,23 @@ class Padding:
         return x.index_select(0, self.any_rows).view(*self.shape, x.shape[-1])
 
 
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    dropout: float = 0.0,
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(head_dim) + bias) v, per head: (B, heads, T, head_dim). key_mask
+    (B, 1, 1, T) is True at the real keys; bias, broadcast to (B, heads, T, T), is added to the
+    scaled scores (the relative-position term), the padded keys then set to -inf in it."""
+    mask = key_mask
+    if bias is not None:
+        mask = bias if key_mask is None else bias.masked_fill(~key_mask, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
+
 class SelfAttention(nn.Module):
     """Multi-head scaled dot-product attention: softmax(Q K^T / sqrt(head_dim)) V, per head.
 
@@ -154,12 +175,9 @@ class SelfAttention(nn.Module):
         if self.packed(x):
             return self.packed_attention(x, padding)
         q, k, v = (self.split_heads(padding.spread(W(x))) for W in (self.Wq, self.Wk, self.Wv))
-        mask = padding.key_mask  # (B, 1, 1, T) or None
-        if hasattr(self, "distance_embedding"):
-            scores = self.relative_scores(q, k)
-            mask = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+        bias = self.relative_scores(q, k) if hasattr(self, "distance_embedding") else None
         dropout = self.dropout_p if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        out = attention(q, k, v, padding.key_mask, bias, dropout)  # (B, heads, T, head_dim)
         return padding.pack(out.transpose(1, 2).flatten(2))  # the heads side by side again
 
     def packed(self, x: torch.Tensor) -> bool:
