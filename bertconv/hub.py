@@ -7,6 +7,7 @@ Two steps, so that a caller can stop in between when its output is already up to
 `download` fetches and checks the files.
 """
 
+import errno
 import fnmatch
 import hashlib
 import importlib
@@ -18,7 +19,15 @@ from pathlib import Path
 
 from . import formats
 from .checkpoint import CONFIG_FILES, TOKENIZER_FILES
-from .errors import AuthError, HubError, IntegrityError, NotFoundError, OutputError, UsageError
+from .errors import (
+    AuthError,
+    BertconvError,
+    HubError,
+    IntegrityError,
+    NotFoundError,
+    OutputError,
+    UsageError,
+)
 
 REPO_ID = re.compile(r"^[\w.-]{1,96}(/[\w.-]{1,96})?$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")  # the ETag of a Git LFS file: its content's sha256
@@ -188,43 +197,49 @@ def _evict(path: Path) -> None:
 @contextmanager
 def _hub_errors(model_id: str, revision: str | None, filename: str | None = None) -> Iterator[None]:
     """Turn huggingface_hub's and httpx's exceptions into bertconv's, each saying what to do."""
-    from huggingface_hub import errors
-
-    what = model_id + (f" at revision {revision!r}" if revision else "")
     try:
         yield
-    except errors.GatedRepoError as e:  # before RepositoryNotFoundError, its base class
-        raise AuthError(
-            f"{what}: the repository is gated and this request carried no token it accepts. "
-            "Accept its terms on its Hub page, then log in with `hf auth login` or set HF_TOKEN "
-            "to a token with read access."
-        ) from e
-    except errors.RepositoryNotFoundError as e:
-        raise NotFoundError(
-            f"{what}: no such model on the Hub (if it is private, log in with `hf auth login` "
-            "or set HF_TOKEN)"
-        ) from e
-    except errors.RevisionNotFoundError as e:
-        raise NotFoundError(f"{what}: no such branch, tag or commit") from e
-    except errors.OfflineModeIsEnabled as e:
-        raise HubError(f"{what}: HF_HUB_OFFLINE is set, so the Hub is not asked") from e
-    except (errors.LocalEntryNotFoundError, *_transport_errors(_CONNECT)) as e:
-        raise HubError(f"{what}: the Hub cannot be reached ({e})") from e
-    except _transport_errors(_TRANSPORT) as e:
-        raise HubError(
-            f"{what}: the download of {filename or 'a file'} broke off ({type(e).__name__}: {e}). "
-            "Run the command again: huggingface_hub resumes where it stopped."
-        ) from e
-    except errors.HfHubHTTPError as e:
-        raise HubError(f"{what}: the Hub refused the request ({e})") from e
-    except errors.HFValidationError as e:
-        raise UsageError(f"{what}: {e}") from e
-    except OSError as e:
-        if e.errno == 28:  # ENOSPC
-            raise OutputError(
-                f"{what}: no space left for the download in the Hub cache ({e})"
-            ) from e
-        raise HubError(f"{what}: the download failed ({e})") from e
+    except Exception as e:
+        answer = _answer(e, filename or "a file")
+        if answer is None:
+            raise
+        error, message = answer
+        what = model_id + (f" at revision {revision!r}" if revision else "")
+        raise error(f"{what}: {message}") from e
+
+
+def _answer(e: Exception, filename: str) -> tuple[type[BertconvError], str] | None:
+    """bertconv's error and message for an exception of the Hub's, from one table read in order
+    (a gated repository's error is a RepositoryNotFoundError too); None for any other."""
+    from huggingface_hub import errors
+
+    gated = (
+        "the repository is gated and this request carried no token it accepts. Accept its terms "
+        "on its Hub page, then log in with `hf auth login` or set HF_TOKEN to a token with read "
+        "access."
+    )
+    private = "if it is private, log in with `hf auth login` or set HF_TOKEN"
+    broke_off = f"the download of {filename} broke off ({type(e).__name__}: {e})"
+    table = [
+        (errors.GatedRepoError, AuthError, gated),
+        (errors.RepositoryNotFoundError, NotFoundError, f"no such model on the Hub ({private})"),
+        (errors.RevisionNotFoundError, NotFoundError, "no such branch, tag or commit"),
+        (errors.OfflineModeIsEnabled, HubError, "HF_HUB_OFFLINE is set, so the Hub is not asked"),
+        ((errors.LocalEntryNotFoundError, *_transport_errors(_CONNECT)), HubError,
+            f"the Hub cannot be reached ({e})"),
+        (_transport_errors(_TRANSPORT), HubError,
+            f"{broke_off}. Run the command again: huggingface_hub resumes where it stopped."),
+        (errors.HfHubHTTPError, HubError, f"the Hub refused the request ({e})"),
+        (errors.HFValidationError, UsageError, str(e)),
+    ]  # fmt: skip
+    for kinds, error, message in table:
+        if isinstance(e, kinds):
+            return error, message
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return OutputError, f"no space left for the download in the Hub cache ({e})"
+    if isinstance(e, OSError):
+        return HubError, f"the download failed ({e})"
+    return None
 
 
 _CONNECT = ("ConnectError", "ConnectTimeout")
