@@ -85,3 +85,20 @@ def test_the_readme_links_every_page_of_the_docs():
     linked = {(README.parent / t).resolve() for t in relative_links(README)}
     unlinked = [p.name for p in DOCS.glob("*.md") if p.resolve() not in linked]
     assert not unlinked, f"README.md does not link {unlinked}"
+
+
+def test_every_test_the_docs_name_is_there():
+    """The docs cite tests as proof (`test_name`, `tests/path`): each must exist, so a test
+    renamed or moved is renamed in the docs too."""
+    tests = ROOT / "tests"
+    defined = set()
+    for path in tests.rglob("*.py"):
+        defined |= set(re.findall(r"^\s*def (test_\w+)", path.read_text(), re.M))
+    text = "\n".join(page.read_text() for page in pages())
+    named = set(re.findall(r"\b(test_\w+)(?!\w*\.py)\b", text))
+    paths = set(re.findall(r"`(tests/[\w./-]+)`", text))
+    files = {p.name for p in tests.rglob("test_*.py")}
+    missing = sorted(n for n in named if n not in defined)
+    missing += sorted(p for p in paths if not (ROOT / p).exists())
+    missing += sorted(set(re.findall(r"\b(test_\w+\.py)\b", text)) - files)
+    assert not missing, f"the docs name tests that are not there: {missing}"
