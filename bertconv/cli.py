@@ -357,7 +357,7 @@ def infer(
     --to TABLE` and `bertconv verify CKPT --model MODEL --layout TABLE`."""
     from .errors import NotBertError
     from .files import read_json_object
-    from .infer import infer as run_infer
+    from .yours.infer import infer as run_infer
 
     if out is not None:
         _check_table_out(out, [model.rpartition(":")[0], config])

@@ -19,7 +19,6 @@ from .api import build, convert_read, resolve
 from .checkpoint import Checkpoint, read_checkpoint
 from .config import BertConfig
 from .convert import Conversion, Selection, convert_reading, read_official
-from .diagnose import Diagnosis
 from .errors import CheckpointError, MissingDependencyError, NotBertError, UsageError
 from .mapping import (
     OFFICIAL,
@@ -33,6 +32,7 @@ from .mapping import (
     shapes,
 )
 from .model import BertModel
+from .yours.diagnose import Diagnosis
 
 FLOAT32_MAX_ABS = 1e-5
 LOW_PRECISION_FACTOR = 2.0
@@ -333,27 +333,28 @@ class Ours:
 
     def diagnose(self, row: str, batches, ckpt: Checkpoint) -> Diagnosis | None:
         """bertconv's own model, taken apart like a user's: traced, read through its table."""
-        from . import usermodel
+        from .yours.harness import Harness, Plan
 
-        plan = usermodel.Plan({n: n for n in ("input_ids", "attention_mask", "token_type_ids")})
-        harness = usermodel.Harness(self.model, "bertconv", plan)
+        plan = Plan({n: n for n in ("input_ids", "attention_mask", "token_type_ids")})
+        harness = Harness(self.model, "bertconv", plan)
         return _diagnosis(harness, layout("bertconv", ckpt.config), row, batches, ckpt)
 
 
 class Yours(Ours):
-    """The user's own model (usermodel.py), holding the checkpoint's tensors under the names its
+    """The user's own model (yours/harness.py), holding the checkpoint's tensors under the names its
     table gives them (the table whose names are the model's, unless one is given), every
     hidden state and head read from a trace of its forward."""
 
     def __init__(self, ckpt: Checkpoint, spec: str, table_name: str | None):
-        from . import usermodel
+        from .yours import harness as user
+        from .yours.reading import anchors
 
-        config = usermodel.config_object(ckpt.config_dict, ckpt.config)
-        model = usermodel.construct(usermodel.import_factory(spec), spec, config)
-        self.harness = usermodel.Harness(
-            model, spec, usermodel.plan(model, spec), config.pad_token_id, config.vocab_size
+        config = user.config_object(ckpt.config_dict, ckpt.config)
+        model = user.construct(user.import_factory(spec), spec, config)
+        self.harness = user.Harness(
+            model, spec, user.plan(model, spec), config.pad_token_id, config.vocab_size
         )
-        usermodel.materialise(model, self.harness, random_batch(ckpt.config))
+        user.materialise(model, self.harness, random_batch(ckpt.config))
         reading = read_official(
             ckpt.state_dict,
             ckpt.config,
@@ -369,11 +370,9 @@ class Yours(Ours):
         )
         absent = _names_of(table, ckpt.config, groups - kept)
         absent -= _names_of(table, ckpt.config, kept)
-        usermodel.load_weights(model, spec, self._tensors(), absent)
+        user.load_weights(model, spec, self._tensors(), absent)
         self.notes = _not_compared(table, ckpt.config, groups - kept, kept)
-        self.anchors = usermodel.anchors(
-            table, ckpt.config.num_hidden_layers, set(self.conversion.groups)
-        )
+        self.anchors = anchors(table, ckpt.config.num_hidden_layers, set(self.conversion.groups))
         self.heads = outputs(self.conversion.model_class)
         self.model = model
 
@@ -388,10 +387,10 @@ class Yours(Ours):
         return self.harness.prepare(batch)
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        from . import usermodel
+        from .yours.reading import outputs_of
 
         run = self.harness.run(batch)
-        named, unused = usermodel.outputs(run, self.anchors, self.heads)
+        named, unused = outputs_of(run, self.anchors, self.heads)
         for label in unused:
             self._never_used(label)
         return {k: v.float().cpu() for k, v in named.items()}
@@ -411,21 +410,21 @@ class Yours(Ours):
 def _diagnosis(harness, table, row: str, batches, ckpt: Checkpoint) -> Diagnosis | None:
     """Where and why `row` differs, on the batch that shows a step differing (random ids, padded
     and of both token types, first); in float32 on the CPU."""
-    from . import usermodel
-    from .diagnose import diagnose
+    from .yours.diagnose import diagnose
+    from .yours.reading import anchors, read
 
     reading = read_official(
         ckpt.state_dict, ckpt.config, layout(ckpt.layout, ckpt.config), str(ckpt.path)
     )
     weights = {n: storage.to_torch(t).float() for n, t in reading.official.items()}
     harness.model.to("cpu", torch.float32)
-    anchors = usermodel.anchors(table, ckpt.config.num_hidden_layers, {"pooler"})
+    found_anchors = anchors(table, ckpt.config.num_hidden_layers, {"pooler"})
     found = None
     for batch in reversed(list(batches)):
         if batch["input_ids"].dim() != 2:  # multiple choice: not taken apart
             return None
         run = harness.run(batch)
-        pooled = usermodel.read(run, anchors).get("pooler") if row == "pooler" else None
+        pooled = read(run, found_anchors).get("pooler") if row == "pooler" else None
         found = diagnose(run.trace, table, weights, ckpt.config, row, pooled)
         if found is None or found.step is not None:
             return found

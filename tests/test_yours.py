@@ -11,10 +11,10 @@ import pytest
 from safetensors.torch import load_file
 
 import bertconv
-from bertconv import usermodel
-from bertconv.infer import infer
 from bertconv.mapping import TABLES, read_table
 from bertconv.verify import FLOAT32_MAX_ABS, verify
+from bertconv.yours import harness as usermodel
+from bertconv.yours.infer import infer
 from conftest import TINY
 
 HERE = Path(__file__).parent

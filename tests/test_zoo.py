@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import load_file
 
 import bertconv
-from bertconv import usermodel
 from bertconv.verify import FLOAT32_MAX_ABS, verify
+from bertconv.yours import harness as usermodel
 
 ZOO = Path(__file__).parent / "zoo"
 
@@ -226,7 +226,7 @@ def test_a_model_that_makes_its_own_mask_sees_padding_of_its_pad_id():
 
 
 def test_the_closest_candidate_is_the_one_with_more_agreeing_outputs_then_the_smaller_error():
-    from bertconv.infer import closeness
+    from bertconv.yours.infer import closeness
 
     near = {"embeddings": 0.0, "layer 1": 2e-3}
     far = {"embeddings": 0.0, "layer 1": 5.0}
@@ -236,7 +236,7 @@ def test_the_closest_candidate_is_the_one_with_more_agreeing_outputs_then_the_sm
 
 
 def test_masks_of_other_things_are_not_the_attention_mask():
-    from bertconv.usermodel import _by_name
+    from bertconv.yours.harness import _by_name
 
     assert _by_name(["x", "head_mask", "encoder_attention_mask"]) == {"x": "input_ids"}
     assert _by_name(["src", "src_key_padding_mask", "causal_mask"]) == {

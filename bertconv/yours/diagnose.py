@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .config import BertConfig
-from .mapping import Table
+from ..config import BertConfig
+from ..mapping import Table
 from .trace import Trace, tensors_in
 
 # A step agrees where it is within this of BERT's, relative to its scale: float32 rounding of

@@ -1,0 +1,378 @@
+"""The likeliest ways a model's units can be BERT's (an assignment of roles), and the table an
+assignment writes."""
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from functools import cache
+
+from ..config import BertConfig
+from ..mapping import ENCODER, architecture
+from .units import UNUSED, Unit, split_role, words
+
+OUT_OF_ORDER = 6  # assignments run where none is in an order BERT's could be
+
+
+# The query, key and value: read from one input, in any order (a fused unit holds all three).
+ATTENTION = ("query", "key", "value")
+
+
+@dataclass(frozen=True)
+class Roles:
+    """BERT's units from the architecture's catalog (its `[units]`, in the order BERT computes
+    them), and what infer needs to know of each, read off the catalog's tensors."""
+
+    units: dict[str, tuple[str, str, frozenset[str]]]  # role -> (official prefix, group, hints)
+    layer: tuple[str, ...]  # a layer's, in order: the prefix has {layer}
+    embeddings: dict[str, str]  # a table (a matrix, no bias) -> config.json's field of its rows
+    single: tuple[str, ...]  # one tensor, `prefix` itself (the masked LM's bias)
+    before: dict[str, tuple[str, ...]]  # a layer's role -> the roles it reads the output of
+
+
+@cache
+def roles(model_type: str = "bert") -> Roles:
+    catalog = architecture(model_type)
+    shapes = {n: d for s in (catalog[ENCODER], *catalog["groups"].values()) for n, d in s.items()}
+    units = {
+        r: (u["prefix"], u["group"], frozenset(u["hints"])) for r, u in catalog["units"].items()
+    }
+    layer = tuple(r for r, (prefix, _, _) in units.items() if "{layer}" in prefix)
+    embeddings = {
+        r: shapes[f"{prefix}.weight"][0]
+        for r, (prefix, _, _) in units.items()
+        if len(shapes.get(f"{prefix}.weight", ())) == 2 and f"{prefix}.bias" not in shapes
+    }
+    single = tuple(r for r, (prefix, _, _) in units.items() if prefix in shapes)
+    # Each unit of a layer reads the one before it; the attention's output reads all three.
+    before = {
+        role: ATTENTION if previous in ATTENTION else (previous,)
+        for previous, role in itertools.pairwise(layer)
+        if role not in ATTENTION
+    }
+    return Roles(units, layer, embeddings, single, before)
+
+
+@dataclass
+class Assignment:
+    """Which unit is each of BERT's, and how."""
+
+    units: dict[str, Unit]  # role -> unit
+    transposed: dict[str, bool] = field(default_factory=dict)  # role -> stored (in, out)
+    swapped: frozenset[str] = frozenset()  # norms whose two tensors are the other way round
+    fused: tuple[str, ...] = ("query", "key", "value")  # the order a fused unit holds them
+    tied: dict[str, str] = field(default_factory=dict)  # a copy's name -> the name it copies
+
+
+# The likeliest assignment, and its alternatives --------------------------------------------------
+
+
+@dataclass
+class Model:
+    """The user's model as infer sees it: its units in a layer (layer 0's) and outside."""
+
+    layer: list[Unit]
+    outside: list[Unit]
+    patterns: dict[str, str]  # every tensor's name -> its name with {layer}
+    tied: dict[str, str]  # a second name of a parameter -> its first
+    config: BertConfig
+
+    @property
+    def roles(self) -> Roles:
+        return roles(self.config.model_type)
+
+    def tables(self) -> dict[str, int]:
+        """The embeddings' roles, each with its number of rows."""
+        return {r: getattr(self.config, f) for r, f in self.roles.embeddings.items()}
+
+
+def _logical(unit: Unit, transposed: bool | None) -> tuple[int, ...]:
+    """A projection's (out, in), however it is stored."""
+    return tuple(reversed(unit.shape)) if transposed else unit.shape
+
+
+def fits(unit: Unit, out: int, inp: int) -> list[bool]:
+    """How a unit can be a projection inp -> out: stored (out, in) [False] or (in, out) [True],
+    as its use showed, or either where its use did not show it."""
+    if unit.kind not in ("linear", "other") or len(unit.shape) != 2:
+        return []
+    options = [unit.transposed] if unit.transposed is not None else [False, True]
+    return [t for t in dict.fromkeys(options) if _logical(unit, t) == (out, inp)]
+
+
+def is_norm(unit: Unit, h: int) -> bool:
+    return unit.kind in ("norm", "other") and unit.shape == (h,) and unit.bias is not None
+
+
+def _hint(unit: Unit, role: str, known: Roles) -> int:
+    return len(words(unit.weight) & known.units[role][2])
+
+
+def layer_choices(model: Model) -> Iterator[Assignment]:
+    """Every way a layer's units can be BERT's, the likeliest first: the query, key and value
+    (or a fused unit) the first square projections the forward uses, then the attention's
+    output, the first LayerNorm, the feed-forward, the second."""
+    h, i = model.config.hidden_size, model.config.intermediate_size
+    units = model.layer
+    norms = [u for u in units if is_norm(u, h)]
+    square = [u for u in units if fits(u, h, h)]
+    fused = [u for u in units if fits(u, 3 * h, h)]
+    ffn_in = [(u, t) for u in units for t in fits(u, i, h)]
+    ffn_out = [(u, t) for u in units for t in fits(u, h, i)]
+    options = []
+    for (inter, ti), (out, to) in itertools.product(ffn_in, ffn_out):
+        if inter is out:
+            continue
+        for ln1, ln2 in itertools.permutations(norms, 2):
+            base = {"intermediate": inter, "output": out, "attention norm": ln1, "output norm": ln2}
+            flips = {"intermediate": ti, "output": to}
+            options += _attention_choices(base, flips, square, fused)
+    ranked = sorted(options, key=lambda a: -_score(a, model.roles))
+    in_order = [a for a in ranked if _in_order(a, model.roles.before)]
+    # A model whose units are used in no order BERT's could be does not compute BERT: a few of
+    # its assignments are run, to say where the closest diverges.
+    for choice in in_order or ranked[:OUT_OF_ORDER]:
+        yield from _swaps(choice, ("attention norm", "output norm"))
+
+
+def _in_order(choice: Assignment, before: dict[str, tuple[str, ...]]) -> bool:
+    """Could the forward have used the units in this order? A unit computed from another is
+    used after it (where the trace saw both used), so the attention's output projection is the
+    square one used last, the first LayerNorm the one used first."""
+    units = choice.units
+    return all(
+        units[role].order > units[earlier].order
+        for role, earlier_roles in before.items()
+        for earlier in earlier_roles
+        if units[role] is not units[earlier]
+        and max(units[role].order, units[earlier].order) < UNUSED
+    )
+
+
+def _attention_choices(base: dict, flips: dict, square: list[Unit], fused: list[Unit]) -> list:
+    roles = ("query", "key", "value", "attention output")
+    taken = set(map(id, base.values()))
+    free = [u for u in square if id(u) not in taken]
+    h = base["output norm"].shape[0]
+    out = []
+    for perm in itertools.permutations(free, 4):
+        units = base | dict(zip(roles, perm, strict=True))
+        for stored in itertools.product(*(fits(u, h, h) for u in perm)):
+            out.append(Assignment(units, flips | dict(zip(roles, stored, strict=True))))
+    for qkv in fused:
+        for order in itertools.permutations(roles[:3]):
+            for o in free:
+                units = base | {"query": qkv, "key": qkv, "value": qkv, "attention output": o}
+                for tq, to in itertools.product(fits(qkv, 3 * h, h), fits(o, h, h)):
+                    stored = {"query": tq, "key": tq, "value": tq, "attention output": to}
+                    out.append(Assignment(units, flips | stored, fused=order))
+    return out
+
+
+def _score(choice: Assignment, known: Roles) -> float:
+    """How well the order of use, name hints and storage agree with an assignment: BERT's
+    order of computation first, names second."""
+    score = 0.0
+    seen = [choice.units[r] for r in known.layer if r in choice.units]
+    distinct = list({id(u): u for u in seen}.values())
+    score += 4 * sum(a.order < b.order for a, b in itertools.pairwise(distinct))
+    score += sum(_hint(u, r, known) for r, u in choice.units.items() if r in known.layer)
+    if choice.fused != ("query", "key", "value"):
+        score -= 1
+    score += 2 * sum(choice.units[r].transposed is not None for r in choice.transposed)
+    return score
+
+
+def _swaps(choice: Assignment, norms: tuple[str, ...]) -> Iterator[Assignment]:
+    """The choice, then with the gamma and beta of norms whose roles their use did not show
+    (and their names do not say) swapped."""
+    yield choice
+    unclear = [n for n in norms if n in choice.units and not _roles_known(choice.units[n])]
+    for n in range(1, len(unclear) + 1):
+        for swapped in itertools.combinations(unclear, n):
+            yield replace(choice, swapped=frozenset(swapped))
+
+
+def _roles_known(unit: Unit) -> bool:
+    if unit.kind == "norm":
+        return True
+    return split_role(unit.weight)[1] == "weight" and split_role(unit.bias)[1] == "bias"
+
+
+def global_choices(model: Model) -> Iterator[Assignment]:
+    """Every way the units outside the layers can be the embeddings, the likeliest first."""
+    h = model.config.hidden_size
+    sizes = model.tables()
+    tables = {
+        n: [u for u in model.outside if u.bias is None and u.shape in ((s, h), (1, s, h))]
+        for n, s in sizes.items()
+    }
+    norms = [u for u in model.outside if is_norm(u, h)]
+    options = []
+    for embeddings in itertools.product(*tables.values()):
+        if len(set(map(id, embeddings))) < 3:
+            continue
+        for norm in norms:
+            chosen = dict(zip(sizes, embeddings, strict=True)) | {"embeddings norm": norm}
+            options.append(Assignment(chosen))
+    ranked = sorted(options, key=lambda a: -_embedding_score(a, model.roles))
+    for choice in ranked:
+        yield from _swaps(choice, ("embeddings norm",))
+
+
+def _embedding_score(choice: Assignment, known: Roles) -> float:
+    """Embeddings read as BERT's are: the words by the ids, the types by the token types; the
+    LayerNorm the first outside the layers."""
+    units = choice.units
+    score = 2 * ("input_ids" in units["word embeddings"].lookup)
+    score += 2 * ("token_type_ids" in units["token type embeddings"].lookup)
+    score += 2 * (not units["position embeddings"].lookup & {"input_ids", "token_type_ids"})
+    score += sum(_hint(u, r, known) for r, u in units.items())
+    return score - units["embeddings norm"].order / UNUSED
+
+
+def pooler_choices(model: Model, taken: set[int]) -> list[Assignment]:
+    """The pooler: a square projection outside the layers, best one applied once per sequence;
+    or none."""
+    h = model.config.hidden_size
+    found = [
+        Assignment({"pooler": u}, {"pooler": t})
+        for u in model.outside
+        if id(u) not in taken
+        for t in fits(u, h, h)
+    ]
+    found.sort(
+        key=lambda a: (
+            a.units["pooler"].per_token,
+            -_hint(a.units["pooler"], "pooler", model.roles),
+        )
+    )
+    return found
+
+
+def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
+    """The heads the units left outside the layers make (each the likeliest way), most first:
+    a masked-LM head (a square projection per token, a LayerNorm, the decoder tied to the word
+    embeddings and its bias), next sentence prediction, a classifier, question answering."""
+    c, h = model.config, model.config.hidden_size
+    free = [u for u in model.outside if id(u) not in taken]
+    units: dict[str, Unit] = {}
+    flips: dict[str, bool] = {}
+
+    def pick(role, candidates, per_token):
+        for unit, t in candidates:
+            if id(unit) not in map(id, units.values()) and unit.per_token == per_token:
+                units[role], flips[role] = unit, t
+                return
+
+    pick("mlm transform", [(u, t) for u in free for t in fits(u, h, h)], True)
+    norms = [u for u in free if is_norm(u, h)]
+    if "mlm transform" in units and norms:
+        units["mlm norm"] = norms[0]
+    biases = [u for u in free if u.shape == (c.vocab_size,)]
+    decoders = [u for u in free if u.shape == (c.vocab_size, h) and u is not word]
+    if "mlm norm" in units and (biases or any(d.bias for d in decoders)):
+        decoder = decoders[0] if decoders else None
+        units["mlm bias"] = (
+            Unit(decoder.bias, (c.vocab_size,)) if decoder and decoder.bias else biases[0]
+        )
+        if decoder is not None:
+            model.tied.setdefault(decoder.weight, word.weight)
+    else:
+        units.pop("mlm transform", None), units.pop("mlm norm", None)
+    pick("nsp", [(u, t) for u in free for t in fits(u, 2, h)], False)
+    pick("classifier", [(u, t) for u in free for t in fits(u, c.num_labels, h)], False)
+    pick("token classifier", [(u, t) for u in free for t in fits(u, c.num_labels, h)], True)
+    pick("qa", [(u, t) for u in free for t in fits(u, 2, h)], True)
+    return [Assignment(units, flips)] if units else []
+
+
+# From an assignment to a table ---------------------------------------------------------------
+
+
+def sections(choice: Assignment, model: Model) -> dict[str, dict[str, object]]:
+    """The table's sections: {group: {the user's name: its row's value}}."""
+    out: dict[str, dict[str, object]] = {}
+    fused_done = False
+    known = model.roles
+    for role in (r for r in known.units if r in choice.units):  # BERT's order
+        unit, (prefix, group, _) = choice.units[role], known.units[role]
+        target = out.setdefault(group, {})
+        if role in known.single:
+            target[model.patterns[unit.weight]] = prefix
+        elif role in choice.fused and unit.fused == 3:
+            if not fused_done:
+                target.update(_fused_rows(unit, choice, model))
+                fused_done = True
+        else:
+            target.update(_unit_rows(unit, prefix, choice, role, model))
+    return out
+
+
+def _unit_rows(unit: Unit, prefix: str, choice: Assignment, role: str, model: Model) -> dict:
+    name = model.patterns
+    if unit.bias is None:  # an embedding, maybe kept as (1, n, h)
+        official = f"{prefix}.weight"
+        return {name[unit.weight]: {"unsqueeze": official} if len(unit.shape) == 3 else official}
+    weight, bias = (unit.bias, unit.weight) if role in choice.swapped else (unit.weight, unit.bias)
+    transposed = choice.transposed.get(role)
+    rows = {
+        name[weight]: {"transpose": f"{prefix}.weight"} if transposed else f"{prefix}.weight",
+        name[bias]: f"{prefix}.bias",
+    }
+    return dict(sorted(rows.items(), key=lambda kv: kv[0] != name[unit.weight]))
+
+
+def _fused_rows(unit: Unit, choice: Assignment, model: Model) -> dict:
+    prefixes = [model.roles.units[role][0] for role in choice.fused]
+    kind = "concat_transposed" if choice.transposed[choice.fused[0]] else "concat"
+    out = {model.patterns[unit.weight]: {kind: [f"{p}.weight" for p in prefixes]}}
+    if unit.bias is not None:
+        out[model.patterns[unit.bias]] = {"concat": [f"{p}.bias" for p in prefixes]}
+    return out
+
+
+def raw_table(name: str, rows: dict, model: Model, generated: dict) -> dict:
+    raw = {"name": name, "description": "inferred", ENCODER: rows.get(ENCODER, {})}
+    groups = {g: r for g, r in rows.items() if g != ENCODER and r}
+    if groups:
+        raw["groups"] = groups
+    if model.tied:
+        raw["tied"] = {model.patterns[k]: model.patterns[v] for k, v in model.tied.items()}
+    if generated:
+        raw["generated"] = generated
+    return raw
+
+
+def table_text(raw: dict, spec: str, notes: list[str]) -> str:
+    """The table as a file, in the shipped tables' style."""
+    lines = [
+        f"# The names of {spec}, as `bertconv infer` found them: every row settled by running",
+        "# the model against BERT, output by output (`bertconv verify --model` proves it).",
+        *[f"# {note}" for note in notes],
+        "",
+        f"name = {_toml(raw['name'])}",
+        f"description = {_toml(f'{spec}, inferred by bertconv infer')}",
+    ]
+    if "pooler" in raw.get("groups", {}):
+        lines += [
+            "",
+            "# Its class builds the pooler: a file without one cannot load into it.",
+            'requires = ["pooler"]',
+        ]
+    blocks = [(f"[{ENCODER}]", raw[ENCODER])]
+    blocks += [(f"[groups.{g}]", rows) for g, rows in raw.get("groups", {}).items()]
+    blocks += [("[tied]", raw.get("tied", {})), ("[generated]", raw.get("generated", {}))]
+    for title, section in blocks:
+        if section:
+            lines += ["", title] + [f"{_toml(k)} = {_toml(v)}" for k, v in section.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml(value) -> str:
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    return str(value)

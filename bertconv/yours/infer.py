@@ -1,0 +1,475 @@
+"""A mapping table inferred for a from-scratch BERT: which of its tensors is which official one.
+
+    bertconv infer PKG.MODULE:NAME [--config CONFIG] [--out TABLE]
+
+The model is built on a small config whose sizes all differ (so that a shape says much) and run
+once, traced (trace.py). How its forward uses each parameter says what the parameter is: the
+weight and bias of one projection (`F.linear(x, W, b)`, `x @ W + b`: stored as it is or
+transposed), the gamma and beta of one LayerNorm (`F.layer_norm`, or `g * (x - mean) / std + b`
+written by hand), an embedding table (`F.embedding`, `W[ids]`, `W[:T]`), query, key and value
+fused in one tensor; and in which order the forward uses them, and on what (every token, or one
+per sequence). That settles pairs and roles that names cannot (`g1`/`b1`, `a_2`/`b_2`,
+`proj_q`); name hints only break ties.
+
+The first assignment is then checked by running the model with the weights of a random BERT
+against bertconv's own (the class its heads make, which verify proves computes what
+transformers' does, so that infer needs no transformers), part by part: the embeddings, the
+layers, the pooler, the heads. Where a part differs, its alternatives (the query, key and value
+in another order, the LayerNorms the other way round, ...) are tried until one agrees within the
+float32 tolerance. A model no assignment makes compute BERT (a pre-LayerNorm block, a missing
+part) is refused, naming where the closest assignment diverges.
+"""
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .. import storage
+from ..config import BertConfig
+from ..errors import NotBertError, UsageError
+from ..mapping import ENCODER, class_for, expand, layout, outputs, shapes
+from .assign import (
+    Assignment,
+    Model,
+    fits,
+    global_choices,
+    head_choices,
+    is_norm,
+    layer_choices,
+    pooler_choices,
+    raw_table,
+    sections,
+    table_text,
+)
+from .harness import Harness, config_object, construct, import_factory, materialise, plan
+from .reading import anchors, outputs_of, read
+from .trace import Trace
+from .units import UNUSED, layer_index, layer_pattern, units_from
+
+# Sizes that all differ, so that a tensor's shape tells what it can be.
+PROBE = dict(
+    vocab_size=83,
+    hidden_size=24,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=40,
+    max_position_embeddings=29,
+    type_vocab_size=2,
+    num_labels=5,
+)
+TOLERANCE = 1e-5
+PROBE_LENGTH = 20  # tokens in the probe's longest sequence: few, but no other size
+MAX_TRIALS = 400  # candidate tables run before giving up
+# What people get wrong in each part, most often.
+SUSPECTS = {
+    "embeddings": "the embeddings summed otherwise, positions offset, or their LayerNorm's eps?",
+    "layers": "a LayerNorm before each sublayer (pre-LN), another activation, or the attention "
+    "scaled or masked otherwise?",
+    "pooler": "the pooler's tanh missing or applied twice, or another token than the first?",
+    "heads": "a head's activation or LayerNorm, or its decoder not tied to the word embeddings?",
+}
+
+
+@dataclass
+class Inference:
+    """What `bertconv infer` found: the table, and how well its assignment did."""
+
+    text: str | None  # the table, as a TOML file; None where nothing computes BERT
+    checked: dict[str, float]  # compared output -> max abs difference from BERT's
+    trials: int
+    reason: str | None = None  # why no table was found
+    diagnosis: object = None  # diagnose.Diagnosis: where and why the closest assignment differs
+
+
+# Running candidates ----------------------------------------------------------------------------
+
+
+class Probe:
+    """The user's model and bertconv's BERT (the class its heads make; verify proves it computes
+    what transformers' does) on the probe config, the same random weights (every LayerNorm and
+    bias random too, so that none can be mistaken for another), and the batch both read."""
+
+    def __init__(self, harness: Harness, config: BertConfig, groups: frozenset[str]):
+        from ..verify import _outputs, random_batch
+
+        self.harness, self.config, self.groups = harness, config, groups
+        self.model_class = class_for(set(groups))
+        self.heads = outputs(self.model_class)
+        self.official = random_weights(config, groups)
+        reference = _reference(self.official, config, self.model_class, groups)
+        self.batch = harness.prepare(random_batch(config, PROBE_LENGTH))
+        self.expected = _outputs(reference, self.batch, self.heads)
+        self.trials = 0
+
+    def traced(self, raw: dict):
+        """The user's model holding the random weights through table `raw`, run traced: the
+        run, the table and its groups."""
+        from ..convert import write_layout
+
+        table = expand(raw, raw["name"], self.config)
+        groups = frozenset(raw.get("groups", {}))
+        tensors = write_layout(self.official, self.config, table, groups)
+        self.harness.model.load_state_dict(
+            {n: storage.to_torch(t) for n, t in tensors.items()}, strict=False
+        )
+        return self.harness.run(self.batch, guard=False), table, groups
+
+    def run(self, raw: dict) -> dict[str, float] | None:
+        """How far the user's model, holding the random weights through table `raw`, is from
+        BERT at each compared output; None where the table does not fit it."""
+        self.trials += 1
+        try:
+            run, table, groups = self.traced(raw)
+        except Exception:  # a wrong candidate may break the user's forward in any way
+            return None
+        found = anchors(table, self.config.num_hidden_layers, set(groups))
+        try:
+            got = outputs_of(run, found, self.heads)[0]
+        except UsageError:
+            return None
+        return {
+            label: (got[label].float() - expected).abs().max().item()
+            if label in got and got[label].shape == expected.shape
+            else float("inf")
+            for label, expected in self.expected.items()
+        }
+
+    def diagnose(self, raw: dict, row: str):
+        """Where and why the model, through table `raw`, differs inside output `row`."""
+        from .diagnose import diagnose
+
+        run, table, groups = self.traced(raw)
+        found = anchors(table, self.config.num_hidden_layers, set(groups))
+        pooled = read(run, found).get("pooler") if row == "pooler" else None
+        weights = {n: storage.to_torch(t) for n, t in self.official.items()}
+        return diagnose(run.trace, table, weights, self.config, row, pooled)
+
+
+def random_weights(config: BertConfig, groups: frozenset[str]) -> dict[str, storage.Tensor]:
+    """Seeded random official tensors of the encoder and `groups`: LayerNorms' gammas around 1
+    and every bias random (so no two are alike), matrices scaled by their fan-in."""
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for name, shape in shapes(config, sorted(groups)).items():
+        t = torch.randn(shape, generator=g)
+        if name.endswith("LayerNorm.weight"):
+            t = 1.0 + 0.5 * t
+        elif len(shape) == 1:
+            t = 0.5 * t
+        else:
+            t = t / shape[-1] ** 0.5
+        out[name] = storage.from_torch(t)
+    return out
+
+
+def _reference(official: dict, config: BertConfig, model_class: str, groups: frozenset[str]):
+    """bertconv's class for the groups, holding `official`."""
+    from ..api import build
+    from ..convert import Conversion, write_layout
+
+    tensors = write_layout(official, config, layout("bertconv", config), groups)
+    return build(Conversion(tensors, model_class, groups, {}, [], 0), config)
+
+
+def progress(distances: dict[str, float] | None) -> tuple[int, float]:
+    """How far a candidate got: the outputs within tolerance, in order, and the error at the
+    first that is not (more outputs, then a smaller error, is closer)."""
+    if distances is None:
+        return (-1, float("inf"))
+    done = 0
+    for value in distances.values():
+        if not value <= TOLERANCE:
+            return (done, value)
+        done += 1
+    return (done, 0.0)
+
+
+def closeness(distances: dict[str, float] | None) -> tuple[int, float]:
+    """A key that orders candidates, the closest greatest: more outputs that agree, then, at
+    the first that does not, a smaller error (NaN counting as the largest)."""
+    done, error = progress(distances)
+    return done, -error if error == error else float("-inf")
+
+
+def _listed(labels: list[str]) -> str:
+    """`embeddings, layers 1-12, pooler`: outputs named, the layers as a span."""
+    layers = [label for label in labels if label.startswith("layer ")]
+    if len(layers) > 2:
+        span = f"layers 1-{len(layers)}"
+        labels = [label for label in labels if label not in layers[1:]]
+        labels = [span if label == layers[0] else label for label in labels]
+    return ", ".join(labels) or "nothing"
+
+
+def _part(label: str) -> str:
+    if label == "embeddings":
+        return "embeddings"
+    if label.startswith("layer "):
+        return "layers"
+    return "pooler" if label == "pooler" else "heads"
+
+
+def _failing_part(distances: dict[str, float] | None) -> str | None:
+    if distances is None:
+        return "embeddings"
+    for label, value in distances.items():
+        if not value <= TOLERANCE:
+            return _part(label)
+    return None
+
+
+# Infer ---------------------------------------------------------------------------------------
+
+
+def infer(spec: str, config_dict: dict | None = None) -> Inference:
+    """The table of `spec`'s names (PKG.MODULE:NAME or path.py:NAME), found and checked."""
+    config = BertConfig.from_dict({**PROBE, **(config_dict or {})}, "--config")
+    factory = import_factory(spec)
+    config_obj = config_object(config_dict or {}, config)
+    model = construct(factory, spec, config_obj)
+    harness = Harness(model, spec, plan(model, spec), config.pad_token_id, config.vocab_size)
+    from ..verify import random_batch
+
+    batch = harness.prepare(random_batch(config, PROBE_LENGTH))
+    materialise(model, harness, batch)
+    run = harness.run(batch)  # the model's own weights: how it uses them
+    state = model.state_dict()
+    generated = generated_buffers(model, state, config)
+    params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    tensors = {n: t for n, t in state.items() if n in params}
+    seen = _looked_at(model, tensors, config, spec)
+    user = _model(run.trace, tensors, config)
+    name = spec.rpartition(":")[2]
+    return Search(user, harness, config, name, spec, generated, seen).run()
+
+
+def _looked_at(model: nn.Module, tensors: dict, config: BertConfig, spec: str) -> list[str]:
+    """Refuse a model whose layers are not one tensor per layer (all layers stacked)."""
+    stacked = [
+        n
+        for n, t in tensors.items()
+        if t.dim() == 3 and t.shape[0] == config.num_hidden_layers and "{layer}" not in n
+    ]
+    if stacked:
+        raise NotBertError(
+            f"{spec}: holds every layer's weights in one tensor ({', '.join(stacked[:4])}): a "
+            "table maps one tensor per layer; register a tensor per layer (an nn.ParameterList)"
+        )
+    return list(tensors)
+
+
+def _model(trace: Trace, tensors: dict, config: BertConfig) -> Model:
+    """The user's units, those of layer 0 standing for every layer's."""
+    patterns = layer_pattern({n: t.shape for n, t in tensors.items()}, config.num_hidden_layers)
+    # A parameter under two names (a tied decoder) is one unit: its second name a tied copy.
+    first: dict[int, str] = {}
+    tied = {}
+    for name, t in tensors.items():
+        key = id(t) if t.data_ptr() == 0 else (t.data_ptr(), t.shape, t.stride())
+        if key in first:
+            tied[name] = first[key]
+        else:
+            first[key] = name
+    distinct = {n: t for n, t in tensors.items() if n not in tied}
+    units = units_from(trace, distinct, config)
+    first = min(
+        (i for n, p in patterns.items() if (i := layer_index(p, n)) is not None), default=None
+    )
+    layer, outside = [], []
+    for unit in units:
+        index = layer_index(patterns[unit.weight], unit.weight)
+        if index is None:
+            outside.append(unit)
+        elif index == first:
+            layer.append(unit)
+    return Model(layer, outside, patterns, tied, config)
+
+
+class Search:
+    """The likeliest assignment, checked part by part; each part that differs mended by its
+    alternatives, in order."""
+
+    def __init__(self, user, harness, config, name, spec, generated, tensors):
+        self.user, self.config, self.name, self.spec = user, config, name, spec
+        self.generated, self.tensors = generated, tensors
+        self.harness = harness
+        self.best: tuple[dict | None, dict | None] = (None, None)
+
+    def run(self) -> Inference:
+        embeddings = list(global_choices(self.user))
+        layers = list(itertools.islice(layer_choices(self.user), MAX_TRIALS))
+        if not embeddings or not layers:
+            return Inference(None, {}, 0, self._inventory())
+        taken = {id(u) for a in (embeddings[0], layers[0]) for u in a.units.values()}
+        poolers = pooler_choices(self.user, taken) or [Assignment({})]
+        word = embeddings[0].units["word embeddings"]
+        heads = head_choices(self.user, taken | {id(u) for u in poolers[0].units.values()}, word)
+        parts = {
+            "embeddings": embeddings,
+            "layers": layers,
+            "pooler": poolers,
+            "heads": heads or [Assignment({})],
+        }
+        uncovered = self._uncovered({p: options[0] for p, options in parts.items()})
+        if uncovered:
+            return Inference(None, {}, 0, uncovered)
+        groups = self._groups(parts)
+        self.probe = Probe(self.harness, self.config, groups)
+        return self._search(parts)
+
+    def _groups(self, parts: dict) -> frozenset[str]:
+        chosen = {r for p in ("pooler", "heads") for r in parts[p][0].units}
+        return frozenset(self.user.roles.units[r][1] for r in chosen)
+
+    def _search(self, parts: dict) -> Inference:
+        """The likeliest choice of each part, then, at the first part whose outputs differ, its
+        alternatives until one agrees; on to the next part that differs."""
+        current = {p: options[0] for p, options in parts.items()}
+        distances = self._try(current)
+        mended = set()
+        while (part := _failing_part(distances)) is not None and part not in mended:
+            mended.add(part)
+            for option in parts[part][1:]:
+                if self.probe.trials >= MAX_TRIALS:
+                    break
+                trial = current | {part: option}
+                found = self._try(trial)
+                if _failing_part(found) != part and closeness(found) > closeness(distances):
+                    current, distances = trial, found
+                    break
+        if _failing_part(distances) is None:
+            raw = self._raw(current)
+            text = table_text(raw, self.spec, self._notes(current))
+            return Inference(text, distances, self.probe.trials)
+        # Said of the likeliest assignment (its earlier parts mended), as close as any in the
+        # outputs it matches: another, of a smaller error by chance, would mislead a diagnosis.
+        if distances is not None and progress(distances)[0] >= progress(self.best[1])[0]:
+            self.best = (current, distances)
+        found = self._diagnosis()
+        reason = self._why(found)
+        return Inference(None, self.best[1] or {}, self.probe.trials, reason, found)
+
+    def _diagnosis(self):
+        """Where and why the closest assignment differs from BERT, taken apart step by step."""
+        chosen, distances = self.best
+        if distances is None:
+            return None
+        row = next(label for label, d in distances.items() if not d <= TOLERANCE)
+        return self.probe.diagnose(self._raw(chosen), row)
+
+    def _try(self, chosen: dict) -> dict | None:
+        distances = self.probe.run(self._raw(chosen))
+        if closeness(distances) > closeness(self.best[1]):
+            self.best = (chosen, distances)
+        return distances
+
+    def _raw(self, chosen: dict) -> dict:
+        units = {r: u for a in chosen.values() for r, u in a.units.items()}
+        merged = Assignment(
+            units,
+            {r: t for a in chosen.values() for r, t in a.transposed.items()},
+            frozenset().union(*(a.swapped for a in chosen.values())),
+            chosen["layers"].fused,
+        )
+        return raw_table(self.name, sections(merged, self.user), self.user, self.generated)
+
+    def _uncovered(self, chosen: dict) -> str | None:
+        """Why no table can hold the model: tensors no part of BERT fits."""
+        raw = self._raw(chosen)
+        rows = [n for part in (raw[ENCODER], *raw.get("groups", {}).values()) for n in part]
+        named = {
+            n.replace("{layer}", str(i))
+            for n in rows + list(raw.get("tied", {}))
+            for i in range(self.config.num_hidden_layers)
+        }
+        left = [n for n in self.tensors if n not in named]
+        if not left:
+            return None
+        return (
+            "no part of BERT fits its tensors "
+            f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}: BERT's encoder, pooler "
+            "and heads have no such tensor (another architecture, or a part BERT lacks)"
+        )
+
+    def _notes(self, chosen: dict) -> list[str]:
+        unused = [
+            u.weight
+            for a in chosen.values()
+            for u in a.units.values()
+            if u.order == UNUSED and u.kind != "embedding"
+        ]
+        if not unused:
+            return []
+        return [f"Never used by its forward (placed by name and shape only): {', '.join(unused)}"]
+
+    def _why(self, found=None) -> str:
+        chosen, distances = self.best
+        if distances is None:
+            return (
+                "no assignment of its tensors makes it compute BERT: with each, its forward "
+                "fails or its outputs have other shapes than BERT's"
+            )
+        done, error = progress(distances)
+        labels = list(distances)
+        at = labels[done] if done < len(labels) else "the end"
+        return (
+            f"no assignment of its tensors makes it compute BERT: the closest matches "
+            f"{_listed(labels[:done])} and diverges at {at} (max abs "
+            f"{error:.3g} against bertconv's {self.probe.model_class})"
+            + (
+                f".\n{found.message()}"
+                if found is not None and found.step is not None
+                else ". Its tensors have BERT's shapes but it computes something else there: "
+                f"{SUSPECTS[_part(at)]}" + (f"\n{found.message()}" if found else "")
+            )
+        )
+
+    def _inventory(self) -> str:
+        """What BERT has that the model's tensors cannot be, part by part."""
+        h, i = self.config.hidden_size, self.config.intermediate_size
+        sizes = self.user.tables()
+        outside, layer = self.user.outside, self.user.layer
+        missing = [
+            f"the {name} (a ({size}, {h}) table)"
+            for name, size in sizes.items()
+            if not any(u.bias is None and u.shape in ((size, h), (1, size, h)) for u in outside)
+        ]
+        if not any(is_norm(u, h) for u in outside):
+            missing.append(f"the embeddings' LayerNorm (two ({h},) tensors)")
+        if sum(is_norm(u, h) for u in layer) < 2:
+            missing.append(f"a layer's two LayerNorms (two ({h},) tensors each)")
+        if not any(fits(u, i, h) for u in layer):
+            missing.append(f"a layer's intermediate projection ({i}, {h}) with its bias")
+        square = sum(bool(fits(u, h, h)) for u in layer)
+        fused = any(fits(u, 3 * h, h) for u in layer)
+        if square < 4 and not (fused and square >= 1):
+            missing.append(f"a layer's query, key, value and output projections ({h}, {h})")
+        found = ", ".join(u.weight for u in outside + layer)
+        return (
+            "no assignment of its tensors fits BERT's shapes: it has no tensor for "
+            f"{'; '.join(missing) or 'some part'}. Its tensors: {found}"
+        )
+
+
+def generated_buffers(model: nn.Module, state: dict, config: BertConfig) -> dict:
+    """The model's buffers that bertconv makes (position ids: 0..n-1), for the table's
+    [generated]; any other buffer (a sinusoidal table, a mask) is the model's to make."""
+    params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    sizes = {
+        getattr(config, f): f for f in ("max_position_embeddings", "vocab_size", "hidden_size")
+    }
+    out = {}
+    for name, tensor in state.items():
+        if name in params:
+            continue
+        flat = tensor.flatten()
+        if (
+            not tensor.is_floating_point()
+            and flat.numel() in sizes
+            and torch.equal(flat, torch.arange(flat.numel(), dtype=flat.dtype))
+        ):
+            dims = [sizes.get(d, d) if d != 1 else 1 for d in tensor.shape]
+            out[name] = {"arange": sizes[flat.numel()], "shape": dims}
+    return out

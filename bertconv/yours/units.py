@@ -1,0 +1,353 @@
+"""How a traced forward uses each of a model's parameters: its units (a projection's weight and
+bias, a LayerNorm's gamma and beta, an embedding table), and the layer each is in."""
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from ..config import BertConfig
+from .trace import Trace
+
+UNUSED = 1 << 30  # the order of a unit the forward never uses
+WEIGHT_WORDS = {"weight", "w", "gamma", "g", "scale", "kernel", "a"}
+BIAS_WORDS = {"bias", "b", "beta"}
+NORM_CALLS = {"layer_norm"}
+LOOKUP_CALLS = {"embedding", "__getitem__", "index_select", "take", "narrow"}
+VIEWS = {"contiguous", "float", "to", "type", "clone", "detach", "__getitem__", "narrow",
+         "unsqueeze", "squeeze", "expand", "expand_as", "double", "half", "bfloat16"}  # fmt: skip
+FLIPS = {"T", "t", "mT", "H", "mH"}
+
+
+@dataclass
+class Unit:
+    """Tensors the forward uses as one piece of BERT: a projection's weight and bias, a
+    LayerNorm's gamma and beta, an embedding table. Names are layer 0's for a layer's unit."""
+
+    weight: str
+    shape: tuple[int, ...]
+    bias: str | None = None
+    kind: str = "other"  # linear, norm, embedding, other
+    transposed: bool | None = None  # a projection stored (in, out); None: either, for all we know
+    order: int = UNUSED  # the first call that uses it
+    per_token: bool = True  # a projection applied to every token, or to one per sequence
+    lookup: frozenset[str] = frozenset()  # an embedding: the inputs its indices come from
+    fused: int = 1  # a projection of several (query, key and value): how many
+
+    @property
+    def names(self) -> list[str]:
+        return [self.weight] + ([self.bias] if self.bias else [])
+
+
+def words(name: str) -> set[str]:
+    """The words of a name: `attn.W_qkv` -> {attn, w, qkv}; `tkTypeEmb` -> {tk, type, emb}."""
+    spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", name)
+    return {w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w and not w.isdigit()}
+
+
+# Layers ------------------------------------------------------------------------------------------
+
+
+def layer_pattern(shapes: dict[str, tuple], layers: int) -> dict[str, str]:
+    """Each name with its layer index replaced by `{layer}` (names outside the layers as they
+    are). The index is a number in a name that runs over 0..layers-1 (or 1..layers) where the
+    rest of the name stays the same, and the tensors are alike (every layer's is the same
+    shape; a list of three embeddings is not three layers): `blocks.1.mlp.0.weight`,
+    `params.l1_wq`, `Wq.1`. `shapes`: each tensor's, by name."""
+    seen: dict[str, dict[int, tuple]] = {}
+    found: dict[str, list[str]] = {}
+    for name, shape in shapes.items():
+        for match in re.finditer(r"(?<![0-9])[0-9]+(?![0-9])", name):
+            pattern = name[: match.start()] + "{layer}" + name[match.end() :]
+            seen.setdefault(pattern, {})[int(match.group())] = tuple(shape)
+            found.setdefault(name, []).append(pattern)
+    runs = (set(range(layers)), _one(layers))
+
+    def is_layers(pattern: str) -> bool:
+        return set(seen[pattern]) in runs and len(set(seen[pattern].values())) == 1
+
+    out = {}
+    for name in shapes:
+        fits = [p for p in found.get(name, []) if is_layers(p)]
+        out[name] = fits[0] if fits and layers > 1 else name
+    return out
+
+
+def _one(layers: int) -> set[int]:
+    return set(range(1, layers + 1))
+
+
+def layer_index(pattern: str, name: str) -> int | None:
+    """The layer `name` is in, by its pattern (counted from 0, whichever way the name counts)."""
+    if "{layer}" not in pattern:
+        return None
+    head, tail = pattern.split("{layer}", 1)
+    return int(name[len(head) : len(name) - len(tail)])
+
+
+# How the forward uses each parameter -------------------------------------------------------------
+
+
+def units_from(trace: Trace, state: dict[str, torch.Tensor], config: BertConfig) -> list[Unit]:
+    """The model's units, as its traced forward uses its parameters; parameters it never uses,
+    paired by their names."""
+    units: dict[str, Unit] = {}
+    taken: set[str] = set()
+
+    def add(unit: Unit) -> None:
+        if unit.weight in taken or (unit.bias and unit.bias in taken):
+            return
+        units[unit.weight] = unit
+        taken.update(unit.names)
+
+    for call in trace.calls:  # tables first: a tied decoder is the word embeddings' table
+        for unit in _lookups(call, trace, state):
+            add(unit)
+    for call in trace.calls:
+        for unit in _linears(call, trace, state, config) + _norms(call, trace, state):
+            add(unit)
+    unused = [n for n in state if n not in taken]
+    for unit in by_names(unused, state):
+        add(unit)
+    return sorted(units.values(), key=lambda u: u.order)
+
+
+def _param(trace: Trace, value) -> tuple[str, int] | None:
+    """(the parameter a tensor is, flips of its two last dims on the way) for a tensor made of
+    one parameter by views alone; None for any other."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    origin = trace.origin(value)
+    if origin is None or len(origin.params) != 1:
+        return None
+    flips = 0
+    for name, args in origin.steps:
+        if _flips(name, args):
+            flips += 1
+        elif name not in VIEWS:
+            return None
+    return origin.params[0], flips
+
+
+def _flips(name: str, args: tuple) -> bool:
+    """Does a view exchange a matrix's rows and columns (`W.T`, `W.transpose(0, 1)`)?"""
+    if name in ("transpose", "swapaxes"):
+        return _swaps_last_two(args)
+    return name in FLIPS or (name == "permute" and args in (((1, 0),), (1, 0)))
+
+
+def _swaps_last_two(args: tuple) -> bool:
+    dims = [a for a in args if isinstance(a, int)]
+    return sorted(d % 2 for d in dims) == [0, 1] and len(dims) == 2
+
+
+def _arg(call, index: int, name: str):
+    if len(call.args) > index:
+        return call.args[index]
+    return call.kwargs.get(name)
+
+
+def _linears(call, trace: Trace, state: dict, config: BertConfig) -> list[Unit]:
+    """The projections a call computes: F.linear(x, W, b), x @ W, W @ x, addmm(b, x, W),
+    einsum, and nn.MultiheadAttention's two (query, key and value fused; the output)."""
+    found = []  # (weight, bias, stored (in, out) when not flipped, fused, the input)
+    args = call.args
+    if call.name == "linear":
+        found.append((_arg(call, 1, "weight"), _arg(call, 2, "bias"), False, 1, args[0]))
+    elif call.name in ("matmul", "mm", "bmm", "__matmul__") and len(args) == 2:
+        if _param(trace, args[1]) and not _param(trace, args[0]):
+            found.append((args[1], _bias_after(call, trace), True, 1, args[0]))
+        elif _param(trace, args[0]) and not _param(trace, args[1]):
+            found.append((args[0], _bias_after(call, trace), False, 1, args[1]))
+    elif call.name == "addmm" and len(args) >= 3:
+        found.append((args[2], args[0], True, 1, args[1]))
+    elif call.name == "einsum":
+        found += _einsum(call, trace)
+    elif call.name == "multi_head_attention_forward":
+        found.append((args[5], args[6], False, 3, args[0]))
+        found.append((args[11], args[12], False, 1, args[0]))
+    units = []
+    for weight, bias, stored_in_out, fused, x in found:
+        w, b = _param(trace, weight), _param(trace, bias)
+        if w is None or state[w[0]].dim() != 2:
+            continue
+        bias_name = b[0] if b and state[b[0]].dim() == 1 else None
+        transposed = stored_in_out != bool(w[1] % 2)
+        out_features = state[w[0]].shape[1 if transposed else 0]
+        if fused == 1 and out_features == 3 * config.hidden_size:
+            fused = 3
+        units.append(
+            Unit(
+                w[0],
+                tuple(state[w[0]].shape),
+                bias_name,
+                "linear",
+                transposed,
+                call.index,
+                per_token=_per_token(x, trace),
+                fused=fused,
+            )
+        )
+    return units
+
+
+def _einsum(call, trace: Trace) -> list:
+    """An einsum of the input with one parameter: stored (in, out) where the parameter's first
+    index is the one summed over."""
+    equation, operands = call.args[0], call.args[1:]
+    if len(operands) == 1 and isinstance(operands[0], list | tuple):
+        operands = tuple(operands[0])
+    if not isinstance(equation, str) or "->" not in equation or len(operands) != 2:
+        return []
+    inputs, output = equation.replace(" ", "").split("->")
+    subscripts = inputs.split(",")
+    for i in (0, 1):
+        weight, x = operands[i], operands[1 - i]
+        if _param(trace, weight) and not _param(trace, x) and len(subscripts[i]) == 2:
+            first, second = subscripts[i]
+            if first not in output and second in output:
+                return [(weight, _bias_after(call, trace), True, 1, x)]
+            if second not in output and first in output:
+                return [(weight, _bias_after(call, trace), False, 1, x)]
+    return []
+
+
+ADDS = ("add", "__add__", "__radd__", "add_", "__iadd__")
+
+
+def _bias_after(call, trace: Trace, hops: int = 3):
+    """The vector a projection's next calls add to it (`x @ W + b`, or `x + h @ W + b`, which
+    adds the residual first), if it is a parameter."""
+    current = call
+    for _ in range(hops):
+        following = next(trace.consumers(current), None)
+        if following is None or following.name not in ADDS:
+            return None
+        for value in following.args[:2]:
+            if _param(trace, value) and value.dim() == 1:
+                return value
+        if following.params:
+            return None
+        current = following
+    return None
+
+
+def _per_token(x, trace: Trace) -> bool:
+    """Is a projection's input every token's (B, T, H) or (N, H), rather than one vector per
+    sequence (B, H)?"""
+    if not isinstance(x, torch.Tensor):
+        return True
+    batch = next(iter(trace.inputs.values())).shape[0]
+    return x.dim() != 2 or x.shape[0] != batch
+
+
+def _norms(call, trace: Trace, state: dict) -> list[Unit]:
+    """LayerNorms: F.layer_norm(x, shape, gamma, beta), or by hand: gamma times the normalised
+    input, then beta added (through division, say, but no other parameter)."""
+    if call.name in NORM_CALLS:
+        g, b = _param(trace, _arg(call, 2, "weight")), _param(trace, _arg(call, 3, "bias"))
+        if g is None:
+            return []
+        return [Unit(g[0], tuple(state[g[0]].shape), b[0] if b else None, "norm", order=call.index)]
+    if call.name not in ("mul", "__mul__", "__rmul__", "mul_", "addcmul"):
+        return []
+    vectors = [_param(trace, a) for a in call.args[:3] if isinstance(a, torch.Tensor)]
+    vectors = [v for v in vectors if v and state[v[0]].dim() == 1]
+    if call.name == "addcmul" and len(vectors) == 2:  # addcmul(beta, gamma, x)
+        beta, gamma = vectors
+        return [Unit(gamma[0], tuple(state[gamma[0]].shape), beta[0], "norm", order=call.index)]
+    if len(vectors) != 1:
+        return []
+    beta = _added_after(call, trace)
+    gamma = vectors[0][0]
+    if beta is None:
+        return []
+    return [Unit(gamma, tuple(state[gamma].shape), beta, "norm", order=call.index)]
+
+
+def _added_after(call, trace: Trace, hops: int = 3) -> str | None:
+    """The vector parameter added to what `call` made, within a few calls that read no other
+    parameter (`g * (x - mean) / (std + eps) + b`)."""
+    current = call
+    for _ in range(hops):
+        following = next(trace.consumers(current), None)
+        if following is None:
+            return None
+        params = [_param(trace, a) for a in following.args[:2]]
+        params = [p for p in params if p]
+        if following.name in ADDS and len(params) == 1:
+            return params[0][0]
+        if params:
+            return None
+        current = following
+    return None
+
+
+def _lookups(call, trace: Trace, state: dict) -> list[Unit]:
+    """Embedding tables: F.embedding(ids, W), W[ids], W.index_select(0, ids); and a table read
+    without the inputs (positions: W[:T], W(arange)), where what it gave is added."""
+    units = []
+    if call.name in LOOKUP_CALLS:
+        table, index = (
+            (_arg(call, 1, "weight"), call.args[0])
+            if call.name == "embedding"
+            else (
+                call.args[0],
+                call.args[-1],
+            )
+        )
+        found = _param(trace, table)
+        if found and _is_table(state[found[0]]):
+            sources = trace.sources(index) if isinstance(index, torch.Tensor) else frozenset()
+            units.append(_embedding(found[0], state, call.index, sources))
+    for value in call.args[:2]:
+        origin = trace.origin(value) if isinstance(value, torch.Tensor) else None
+        if origin and len(origin.params) == 1 and _is_table(state[origin.params[0]]):
+            steps = [s for s, _ in origin.steps]
+            if any(s in LOOKUP_CALLS for s in steps):
+                units.append(_embedding(origin.params[0], state, call.index, frozenset()))
+    return units
+
+
+def _is_table(t: torch.Tensor) -> bool:
+    """(n, h), or (1, n, h): a table kept with a leading 1, to broadcast over the batch."""
+    return t.dim() == 2 or (t.dim() == 3 and t.shape[0] == 1)
+
+
+def _embedding(name: str, state: dict, order: int, sources: frozenset[str]) -> Unit:
+    return Unit(name, tuple(state[name].shape), kind="embedding", order=order, lookup=sources)
+
+
+def by_names(names: list[str], state: dict) -> list[Unit]:
+    """Units of tensors the forward never used, paired by their names: `ln1.weight` with
+    `ln1.bias`, `W_q` with `b_q`."""
+    keyed: dict[str, list[str]] = {}
+    for name in names:
+        keyed.setdefault(split_role(name)[0], []).append(name)
+    units = []
+    for group in keyed.values():
+        weights = [n for n in group if split_role(n)[1] != "bias"]
+        biases = [n for n in group if split_role(n)[1] == "bias"]
+        for weight in weights:
+            bias = biases.pop(0) if biases and state[weight].dim() <= 2 else None
+            kind = "embedding" if bias is None and state[weight].dim() == 2 else "other"
+            kind = "norm" if state[weight].dim() == 1 and bias else kind
+            kind = "linear" if state[weight].dim() == 2 and bias else kind
+            units.append(Unit(weight, tuple(state[weight].shape), bias, kind))
+        units += [Unit(b, tuple(state[b].shape), None, "other") for b in biases]
+    return units
+
+
+def split_role(name: str) -> tuple[str, str | None]:
+    """`ln1.weight` -> (`ln1`, weight); `W_q` -> (`q`, weight); `ln1_b` -> (`ln1`, bias)."""
+    head, _, last = name.rpartition(".")
+    if last.lower() in WEIGHT_WORDS | BIAS_WORDS:
+        return head, "bias" if last.lower() in BIAS_WORDS else "weight"
+    tokens = last.split("_")
+    for index in (0, -1):
+        token = tokens[index].lower()
+        if len(tokens) > 1 and token in WEIGHT_WORDS | BIAS_WORDS:
+            rest = "_".join(tokens[1:] if index == 0 else tokens[:-1])
+            key = f"{head}.{rest}" if head else rest
+            return key, "bias" if token in BIAS_WORDS else "weight"
+    return name, None
