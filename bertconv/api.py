@@ -20,7 +20,7 @@ from .checkpoint import (
 )
 from .convert import FITTING, Conversion, Selection, convert
 from .errors import BertconvError, NotFoundError, UsageError
-from .mapping import OFFICIAL, layout, recorded_as
+from .mapping import OFFICIAL, layout, read_off, recorded_as, refusal
 
 # What a conversion may write: any form's files, its config, the tokenizer files.
 WRITTEN = (
@@ -283,63 +283,57 @@ def inspect(
     make, its config, parameters and dtypes, and any tensor no row accounts for."""
     from collections import Counter
 
-    from .checkpoint import LAYOUT_KEY
-    from .mapping import layout_names
-
     src = resolve(source, revision)
-    # the layout is found below
-    ckpt = read_checkpoint(src.path, from_layout or OFFICIAL, src.weights)
-    said = ckpt.metadata.get(LAYOUT_KEY)
-    recorded = from_layout or (said if said in layout_names() else None)  # a name, not a path
-    tables = [layout(n, ckpt.config) for n in ([recorded] if recorded else layout_names())]
-    placed = {t.name: [n for n in ckpt.state_dict if t.place(n)] for t in tables}
-    best = max(tables, key=lambda t: len(placed[t.name]))
-    found = "given" if from_layout else "recorded in its metadata" if recorded else "by its names"
-    ckpt.layout = best.name
+    ckpt = read_checkpoint(src.path, from_layout, src.weights, guess=True)
+    found = ckpt.identified
     conversion, problems = None, None
-    if not placed[best.name]:
-        found = (
-            f"no shipped table names its tensors; its metadata says {said!r}"
-            if said
-            else "no shipped table names its tensors"
-        )
+    if found.layout is None:
+        said = ckpt.metadata.get(LAYOUT_KEY)
+        how = found.how + (f"; its metadata says {said!r}" if said else "")
         problems = "Name the table it is in with --from (a shipped layout or a table file)."
     else:  # read (and checked) in its layout's names, as conversion reads it; not converted
         from .convert import check_convertible, read_official
 
+        how = found.how
         try:
-            check_convertible(best.name, OFFICIAL, str(ckpt.path))
+            check_convertible(found.layout, OFFICIAL, str(ckpt.path))
+            table = layout(found.layout, ckpt.config)
             hint = ckpt.config_dict.get("architectures")
-            conversion = read_official(ckpt.state_dict, ckpt.config, best, str(ckpt.path), hint)
+            conversion = read_official(ckpt.state_dict, ckpt.config, table, str(ckpt.path), hint)
         except BertconvError as e:
             problems = str(e)
     tensors = ckpt.state_dict.values()
-    weights = [t for n, t in ckpt.state_dict.items() if n in best.rows or n in best.aliases]
-    config, config_from = _config_shown(ckpt, best.name if placed[best.name] else None)
+    config, config_from = _config_shown(ckpt, found.layout)
     return Inspection(
         src.name,
         str(src.path),
-        best.name if placed[best.name] else "unknown",
-        found,
+        found.layout or "unknown",
+        how,
         conversion.model_class if conversion else None,
         sorted(conversion.groups) if conversion else [],
         config,
         config_from,
-        sum(storage.nbytes(t) // storage.ITEM_SIZE[t.dtype] for t in weights),
+        _parameters(ckpt, found.layout),
         dict(Counter(t.dtype for t in tensors)),
         sum(storage.nbytes(t) for t in tensors),
         len(ckpt.state_dict),
-        [n for n in ckpt.state_dict if n not in placed[best.name]],
+        [n for n in ckpt.state_dict if n not in found.placed],
         problems,
     )
+
+
+def _parameters(ckpt: Checkpoint, name: str | None) -> int:
+    """The parameters a file holds in layout `name`: its rows' and aliases' tensors (tied copies
+    and buffers left out)."""
+    table = layout(name, ckpt.config) if name else None
+    weights = [t for n, t in ckpt.state_dict.items() if table and n in table.rows | table.aliases]
+    return sum(storage.nbytes(t) // storage.ITEM_SIZE[t.dtype] for t in weights)
 
 
 def _config_shown(ckpt: Checkpoint, found: str | None) -> tuple[dict, str]:
     """The config inspect shows, and where from: config.json's; for a layout recognised only,
     the sizes its weights' shapes show, with or without a config.json (None for the others:
     no shape shows the number of heads, say, and it is not guessed)."""
-    from .mapping import read_off, refusal
-
     if found is None or not refusal(found):
         return {k: getattr(ckpt.config, k) for k in SUMMARY}, "config.json"
     sizes = read_off(found, {n: tuple(t.shape) for n, t in ckpt.state_dict.items()})[1]

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from . import files, formats, storage
 from .config import BertConfig
 from .errors import BertconvError, CheckpointError, NotFoundError
-from .mapping import OFFICIAL, layout_for_format, layout_names, read_off, recognised_only
+from .mapping import Identified, identify, read_off
 
 CONFIG_FILES = ("config.json", "bert_config.json")  # transformers', google-research/bert's
 TOKENIZER_FILES = (
@@ -37,9 +37,10 @@ class Checkpoint:
     config: BertConfig
     config_dict: dict
     state_dict: dict  # name -> storage.Tensor (a reference to its bytes), as the files hold them
-    layout: str  # bertconv's metadata says which; official otherwise
+    layout: str  # see identified
     metadata: dict[str, str]
     files: list[Path]  # every file read: config.json and the weights
+    identified: Identified  # how its layout was found, and which of its names it places
 
 
 def weight_files(directory: Path) -> tuple[Path | None, list[Path]]:
@@ -123,11 +124,12 @@ def _progress(total: int, what: str):
 
 
 def read_checkpoint(
-    directory: Path, layout: str | None = None, named: Path | None = None
+    directory: Path, layout: str | None = None, named: Path | None = None, guess: bool = False
 ) -> Checkpoint:
     """config.json (or bert_config.json) and every tensor of a checkpoint directory; of the
     weights file `named` in it, where one is (a safetensors file, a TensorFlow index or h5
-    file by their suffixes, else a pickle)."""
+    file by their suffixes, else a pickle). Its layout as mapping.identify finds it (`guess`:
+    by its names, where nothing says which)."""
     directory = Path(directory)
     index, weights = _named_weights(named) if named else weight_files(directory)
     if not named:  # what the user names is theirs; what a directory holds may be a stranger's
@@ -142,12 +144,17 @@ def read_checkpoint(
     config_dict = files.read_json_object(files.confined(config_path))  # it is written out again
     config = BertConfig.from_dict(config_dict, source=str(config_path))
     state_dict, metadata = read_tensors(weights, index)
-    fixed = layout_for_format(formats.of_file(weights[0]).name)  # (no metadata: by its form)
-    layout = layout or fixed or _recorded_layout(weights[0], metadata)
+    form = formats.of_file(weights[0]).name
+    recorded = metadata.get(LAYOUT_KEY)
+    found = identify(
+        _shapes(state_dict), config, layout, recorded, form, None, str(weights[0]), guess
+    )
     read = [config_path, *([index] if index else []), *weights]
-    if formats.of_file(weights[0]).name == "tensorflow":
+    if form == "tensorflow":
         read += sorted(weights[0].parent.glob(f"{weights[0].stem}.data-*"))
-    return Checkpoint(directory, config, config_dict, state_dict, layout, metadata, read)
+    return Checkpoint(
+        directory, config, config_dict, state_dict, found.layout, metadata, read, found
+    )
 
 
 def _unconfigured(
@@ -158,32 +165,19 @@ def _unconfigured(
     shapes show stand in for one: enough to describe the file, which is never converted."""
     state_dict, metadata = read_tensors(weights, index)
     shapes = _shapes(state_dict)
-    found = recognised_only(shapes)
-    if found is None:
+    found = identify(shapes, None)
+    if found.layout is None:
         raise NotFoundError(f"{config_path}: no config.json; a checkpoint directory needs one")
-    sizes = read_off(found, shapes)[1]
+    sizes = read_off(found.layout, shapes)[1]
     # No tensor's shape shows the number of heads: one stands in (it divides any hidden size).
     source = f"{directory} (its sizes, read off its tensors' shapes)"
     config = BertConfig.from_dict(sizes | {"num_attention_heads": 1}, source)
     read = [*([index] if index else []), *weights]
-    return Checkpoint(directory, config, {}, state_dict, found, metadata, read)
+    return Checkpoint(directory, config, {}, state_dict, found.layout, metadata, read, found)
 
 
 def _shapes(state_dict: dict) -> dict[str, tuple[int, ...]]:
     return {name: tuple(tensor.shape) for name, tensor in state_dict.items()}
-
-
-def _recorded_layout(path: Path, metadata: dict[str, str]) -> str:
-    """The layout bertconv recorded in a file it wrote. It is a name, never a path: only the
-    layouts bertconv ships are taken from a file."""
-    recorded = metadata.get(LAYOUT_KEY, OFFICIAL)
-    if recorded not in layout_names():
-        raise CheckpointError(
-            f"{path}: its metadata says it is in layout {recorded!r}, which is not one bertconv "
-            f"ships ({', '.join(layout_names())}). Name the layout it is in with --from (a "
-            "shipped name, or the path to the table file it was written with)."
-        )
-    return recorded
 
 
 def tokenizer_files(directory: Path) -> Iterator[Path]:

@@ -15,22 +15,11 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from . import storage
+from . import catalog, storage
+from .catalog import ENCODER, relative_names, shapes
 from .config import BertConfig
 from .errors import CheckpointError, UsageError
-from .mapping import (
-    ENCODER,
-    OFFICIAL,
-    Table,
-    class_for,
-    classes,
-    group_names,
-    layout,
-    recognised_only,
-    refusal,
-    relative_names,
-    shapes,
-)
+from .mapping import OFFICIAL, Table, class_for, identify, layout, refusal
 from .transforms import REGISTRY
 
 # How many names an error lists per kind of problem before it says "and N more".
@@ -211,31 +200,30 @@ def _hints(hint: object) -> list[str]:
 def _identify(
     official: dict, config: BertConfig, src: Table, hints: list[str], problems: Problems
 ) -> tuple[str, frozenset[str]]:
-    """The class the file's groups make: among the classes whose groups are all there (with at
-    most a pooler besides), the first whose shapes fit, the one config.json names first. A
-    group comes whole: one only partly there is named, tensor by tensor."""
-    present, encoder = set(official), set(shapes(config, []))
-    names = {g: set(shapes(config, [g])) - encoder for g in group_names()}
+    """The class the file's groups make (catalog.class_for: the one rule). A group comes
+    whole: one only partly there is named, tensor by tensor."""
+    present, encoder, kind = set(official), set(shapes(config, [])), config.model_type
+    names = {g: set(shapes(config, [g])) - encoder for g in catalog.group_names(kind)}
     partial = {n for group in names.values() if group & present for n in group - present}
     problems.missing += [_layout_name(n, src) for n in sorted(partial)]
-    heads = present - encoder
-    candidates = [
-        name
-        for name, wanted in classes().items()
-        if (needed := set().union(*(names[g] for g in wanted))) <= present
-        and heads - needed <= names["pooler"]
-    ]
-    if partial or not candidates:
+    classes = catalog.classes(kind)
+
+    def fits(name: str) -> bool:
+        return _fits(official, config, classes[name])
+
+    heads = present - encoder  # where no class's shapes fit, the first: its shapes are named
+    chosen = None
+    if not partial:
+        chosen = catalog.class_for(heads, kind, fits, hints) or catalog.class_for(heads, kind)
+    if chosen is None:
         if not partial:
             held = sorted(g for g, group in names.items() if group <= present)
             problems.unexpected.append(
                 f"(the heads {', '.join(held)} together make no BERT class transformers writes)"
             )
         return "BertModel", frozenset()
-    fitting = [c for c in candidates if _fits(official, config, classes()[c])]
-    chosen = ([c for c in fitting if c in hints] or fitting or candidates)[0]
     pooler = {"pooler"} if names["pooler"] <= present else set()
-    return chosen, frozenset(classes()[chosen]) | pooler
+    return chosen, frozenset(classes[chosen]) | pooler
 
 
 def _fits(official: dict, config: BertConfig, groups: list[str]) -> bool:
@@ -257,7 +245,7 @@ def select_groups(
         kept = wanted & dst.groups
     else:
         every = selection.kind == "every"
-        kept = have if every else frozenset(_asked(selection.groups, have, source))
+        kept = have if every else frozenset(_asked(selection.groups, have, source, dst.model_type))
         lacking = sorted(kept - dst.groups)
         if lacking:
             raise CheckpointError(
@@ -274,10 +262,13 @@ def select_groups(
     return kept, dropped
 
 
-def _asked(asked: frozenset[str], have: frozenset[str], source: str) -> frozenset[str]:
-    unknown = sorted(asked - set(group_names()))
+def _asked(
+    asked: frozenset[str], have: frozenset[str], source: str, model_type: str
+) -> frozenset[str]:
+    known = catalog.group_names(model_type)
+    unknown = sorted(asked - set(known))
     if unknown:
-        raise UsageError(f"no group {unknown}; the groups are {', '.join(group_names())}")
+        raise UsageError(f"no group {unknown}; the groups are {', '.join(known)}")
     absent = sorted(asked - have)
     if absent:
         held = ", ".join(sorted(have)) or "none"
@@ -291,16 +282,14 @@ def write_layout(
     """The official tensors of the encoder and `groups`, under layout `dst`'s names. The
     prefixed groups (transformers' encoder and pooler) are written under the prefix when a head
     is there too, as transformers' task classes write them."""
-    wanted = shapes(config, sorted(groups))
-    prefix = dst.prefix if groups - dst.prefixed else ""
+    wanted = set(shapes(config, sorted(groups))) & set(official)
+    packed: dict[str, storage.Tensor] = {}
     out = {}
-    for name, row in dst.rows.items():
-        if all(o in wanted and o in official for o in row.official):
-            written = prefix + name if row.group in dst.prefixed else name
-            out[written] = _pack(row, [official[o] for o in row.official])
-    for copy, original in dst.tied.items():  # a user's model holds its tied copies by name
-        if dst.writes_tied and original in out:
-            out[copy] = out[original]
+    for written, name in dst.written(wanted, groups).items():
+        if name not in packed:
+            row = dst.rows[name]
+            packed[name] = _pack(row, [official[o] for o in row.official])
+        out[written] = packed[name]
     for name, gen in dst.generated.items():
         out[name] = storage.arange(gen.arange, gen.shape)
     return out
@@ -331,9 +320,9 @@ def convert(
     except CheckpointError:
         # A file that does not read may be in a layout recognised only (BERT-pytorch's): said so,
         # with why. Looked for only here, so that a file that reads never pays for it.
-        found = recognised_only({name: tuple(t.shape) for name, t in state_dict.items()})
-        if found is not None:
-            check_convertible(found, to_layout, source)
+        found = identify({name: tuple(t.shape) for name, t in state_dict.items()}, None)
+        if found.layout is not None:
+            check_convertible(found.layout, to_layout, source)
         raise
     return convert_reading(reading, config, dst, selection, source)
 
@@ -344,7 +333,7 @@ def convert_reading(
     """A checkpoint already read into the official names, written in layout `dst`."""
     kept, dropped = select_groups(reading.groups, dst, selection, source)
     try:
-        model_class = class_for(kept)
+        model_class = class_for(kept, config.model_type)
     except ValueError:
         raise CheckpointError(
             f"{source}: the groups {sorted(kept)} make no BERT class; keep the pooler too"
@@ -433,7 +422,4 @@ def _check_dtypes(official: dict, named: dict[str, str], problems: Problems) -> 
 
 def _layout_name(official_name: str, src: Table) -> str:
     """The name the source layout uses for an official tensor, for messages."""
-    for name, row in src.rows.items():
-        if official_name in row.official:
-            return name
-    return official_name
+    return (src.names_for(official_name) or (official_name,))[0]

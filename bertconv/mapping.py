@@ -24,19 +24,17 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import NamedTuple
 
-from . import mappings
+from . import catalog, mappings
+from .catalog import ENCODER, RELATIVE, config_key, is_dim, sections, shape_problems
 from .config import SIZES, BertConfig
-from .errors import NotFoundError, TableError, UsageError
+from .errors import CheckpointError, NotBertError, NotFoundError, TableError, UsageError
 from .transforms import REGISTRY
 
 TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
 
 OFFICIAL = "transformers"
-ENCODER = "encoder"
-RELATIVE = "relative"  # the encoder's relative position embeddings, where config.json has them
 REFUSED = "refused"  # why a layout recognised only is never converted
 TABLE_LIMIT = 1 << 20  # bytes: a table is a few KB
-MAX_DIM = 1 << 24
 LISTED = 12  # rows named in one error
 # The keys a table may have, with the type of each value; the first three it must have.
 KEYS = {
@@ -106,6 +104,7 @@ class Table:
     prefixed: frozenset[str]
     requires: frozenset[str]  # groups the layout's model cannot do without
     format: str = "safetensors"  # the files its checkpoints are
+    model_type: str = "bert"  # the catalog whose official tensors its rows name
     write_tied: bool = True
     slots: tuple[str, ...] = ()  # a row's name + one of these: an optimizer's slot, skipped
 
@@ -145,6 +144,21 @@ class Table:
         """The layout's names for an official tensor (a row's, then tied copies'); () if none."""
         return tuple(h.name for h in self.holders.get(official, ()))
 
+    def written(self, officials: set[str], groups: frozenset[str]) -> dict[str, str]:
+        """{a name this layout writes: the row it is written from} for the rows whose official
+        tensors are all among `officials`, beside the groups `groups`: the prefixed groups
+        (transformers' encoder and pooler) under the prefix where a head is there too, as
+        transformers' task classes write them; then the tied copies, where written."""
+        prefix = self.prefix if groups - self.prefixed else ""
+        out = {
+            (prefix + name if row.group in self.prefixed else name): name
+            for name, row in self.rows.items()
+            if row.official and set(row.official) <= officials
+        }
+        if self.writes_tied:  # a user's model holds its tied copies by name
+            out |= {copy: row for copy, row in self.tied.items() if row in out.values()}
+        return out
+
     def row_of(self, name: str) -> Row:
         """The row a name placed as a row or an alias is read through."""
         return self.rows[self.aliases.get(name, name)]
@@ -164,7 +178,8 @@ class Table:
     def groups(self) -> frozenset[str]:
         """The official groups this layout has a place for: those whose every tensor has a row."""
         mapped = {o for row in self.rows.values() for o in row.official}
-        return frozenset(g for g, names in _group_names().items() if names <= mapped)
+        found = catalog.group_tensors(self.model_type).items()
+        return frozenset(g for g, names in found if names <= mapped)
 
 
 # Reading tables ---------------------------------------------------------------------------------
@@ -173,8 +188,9 @@ class Table:
 def forget() -> None:
     """Forget every table read, so that the next use reads them again (tables are cached for
     the life of a process; a test that rewrites the shipped ones needs this)."""
-    for cached in (_read, _catalog, _group_names, _layout, _shapes, architecture):
+    for cached in (_read, _layout):
         cached.cache_clear()
+    catalog.forget()
 
 
 def layout_names() -> list[str]:
@@ -208,8 +224,8 @@ def canonical(name: str | None) -> str | None:
     return path.stem if shipped and path.stem in layout_names() else name
 
 
-def _raw(name: str) -> dict:
-    return _read(_source(name))
+def _raw(name: str, model_type: str = "bert") -> dict:
+    return _read(_source(name), model_type)
 
 
 def _source(name: str) -> str | tuple[str, int, int]:
@@ -232,10 +248,11 @@ def _source(name: str) -> str | tuple[str, int, int]:
 
 
 @cache
-def _read(source: str | tuple[str, int, int]) -> dict:
+def _read(source: str | tuple[str, int, int], model_type: str = "bert") -> dict:
     """A table, by what identifies it. Shipped names are looked up, never joined into a path
     from a file's contents."""
-    return read_table(TABLES / f"{source}.toml" if isinstance(source, str) else Path(source[0]))
+    path = TABLES / f"{source}.toml" if isinstance(source, str) else Path(source[0])
+    return read_table(path, model_type)
 
 
 def _form_names() -> list[str]:
@@ -258,7 +275,7 @@ def recorded_as(name: str) -> str:
     return f"file:{Path(name).name}" if is_table_file(name) else name
 
 
-def read_table(path: Path) -> dict:
+def read_table(path: Path, model_type: str = "bert") -> dict:
     """Parse a table and hold it to the schema: errors name the file, the row and its line."""
     from .files import open_regular
 
@@ -271,7 +288,7 @@ def read_table(path: Path) -> dict:
         table = tomllib.loads(text)
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
         raise TableError(f"{path}: not a TOML table ({e or type(e).__name__})") from None
-    problems = _schema_problems(table) or _content_problems(table)
+    problems = _schema_problems(table) or _content_problems(table, model_type)
     if problems:
         lines = [f"  {_line(text, key)}: {problem}" for key, problem in problems[:LISTED]]
         raise TableError(f"{path}: not a valid mapping table:\n" + "\n".join(lines))
@@ -301,21 +318,16 @@ def _schema_problems(table: dict) -> list[tuple[str, str]]:
     return problems
 
 
-def _sections(table: dict) -> list[tuple[str, dict]]:
-    """(group, rows) for the encoder, its relative positions and each group, in order."""
-    return [
-        (ENCODER, table[ENCODER]),
-        (RELATIVE, table.get(RELATIVE, {})),
-        *table.get("groups", {}).items(),
-    ]
-
-
-def _content_problems(table: dict) -> list[tuple[str, str]]:
+def _content_problems(table: dict, model_type: str) -> list[tuple[str, str]]:
     if REFUSED in table:  # rows that describe tensors, mapping none onto another
-        problems = _shape_problems(table, "a recognised-only layout's") + _refused_problems(table)
+        problems = shape_problems(table, "a recognised-only layout's") + _refused_problems(
+            table, model_type
+        )
     else:
-        problems = _row_problems(table) + _generated_problems(table.get("generated", {}))
-    names = {name for _, rows in _sections(table) for name in rows}
+        problems = _row_problems(table, model_type) + _generated_problems(
+            table.get("generated", {})
+        )
+    names = {name for _, rows in sections(table) for name in rows}
     problems += _other_name_problems(table, names) + _name_problems(table)
     forms = _form_names()
     if table.get("format", "safetensors") not in forms:
@@ -332,7 +344,7 @@ def _content_problems(table: dict) -> list[tuple[str, str]]:
 def _name_problems(table: dict) -> list[tuple[str, str]]:
     """Every tensor name a table gives is one a file can hold and a terminal can show:
     non-empty, printable, not safetensors' own `__metadata__`."""
-    names = [n for _, rows in _sections(table) for n in rows]
+    names = [n for _, rows in sections(table) for n in rows]
     names += [*table.get("aliases", {}), *table.get("tied", {}), *table.get("generated", {})]
     names += [n for n in table.get("ignored", []) if isinstance(n, str)]
     return [(name, why) for name in names if (why := _bad_name(name))]
@@ -350,54 +362,17 @@ def _bad_name(name: str) -> str | None:
     return None
 
 
-def _shape_problems(table: dict, kind: str) -> list[tuple[str, str]]:
-    return [
-        (name, f"{kind} row's value is its shape: a list of sizes or config.json fields")
-        for _, rows in _sections(table)
-        for name, dims in rows.items()
-        if not isinstance(dims, list) or not all(_is_dim(d) for d in dims)
-    ]
-
-
-def _refused_problems(table: dict) -> list[tuple[str, str]]:
+def _refused_problems(table: dict, model_type: str) -> list[tuple[str, str]]:
     """A layout recognised only says why it is never converted, and names its groups as the
     official table does (its rows are the tensors of those heads in that layout)."""
     problems = [
-        (f"groups.{group}", f"no such group; one of {', '.join(group_names())}")
+        (f"groups.{group}", f"no such group; one of {', '.join(known)}")
         for group in table.get("groups", {})
-        if group not in group_names()
+        if group not in (known := catalog.group_names(model_type))
     ]
     if not table[REFUSED].strip():
         problems.append((REFUSED, "says nothing: why the layout's weights cannot carry over"))
     return problems
-
-
-def _class_problems(classes: dict, groups: set[str]) -> list[tuple[str, str]]:
-    """A class names the groups its files hold, and its outputs: [row, output, token or
-    sequence], each row named after one of those groups."""
-    problems = []
-    for name, spec in classes.items():
-        wanted = spec.get("groups") if isinstance(spec, dict) else None
-        outputs = spec.get("outputs") if isinstance(spec, dict) else None
-        if isinstance(spec, dict) and not isinstance(spec.get("pooler", False), bool):
-            problems.append((name, "pooler: true or false"))
-        elif not isinstance(wanted, list) or not all(g in groups for g in wanted):
-            problems.append((name, f"groups: a list of groups ({', '.join(sorted(groups))})"))
-        elif not isinstance(outputs, list) or not all(_is_output(o, wanted) for o in outputs):
-            problems.append(
-                (name, 'outputs: a list of ["GROUP ...", "output", "token"|"sequence"]')
-            )
-    return problems
-
-
-def _is_output(output, groups: list[str]) -> bool:
-    return (
-        isinstance(output, list)
-        and len(output) == 3
-        and all(isinstance(x, str) for x in output)
-        and output[0].split(" ")[0] in groups
-        and output[2] in ("token", "sequence")
-    )
 
 
 def _other_name_problems(table: dict, names: set[str]) -> list[tuple[str, str]]:
@@ -414,23 +389,23 @@ def _other_name_problems(table: dict, names: set[str]) -> list[tuple[str, str]]:
     return problems
 
 
-def _row_problems(table: dict) -> list[tuple[str, str]]:
+def _row_problems(table: dict, model_type: str) -> list[tuple[str, str]]:
     """Each row maps one of the layout's names onto official names of its own section: known
     ones, with `{layer}` on both sides or neither, through a known transform, each official
     name claimed once; every encoder tensor claimed, and each group whole or not at all."""
-    catalog = _catalog()
+    official = catalog.tensors(model_type)
     problems, claimed = [], {}
-    for group, rows in _sections(table):
-        if group not in catalog:
-            problems.append((f"groups.{group}", f"no such group; one of {', '.join(catalog)}"))
+    for group, rows in sections(table):
+        if group not in official:
+            problems.append((f"groups.{group}", f"no such group; one of {', '.join(official)}"))
             continue
         for name, spec in rows.items():
-            problem = _row_problem(name, spec, catalog[group], claimed)
+            problem = _row_problem(name, spec, official[group], claimed)
             if problem:
                 problems.append((name, problem))
     if problems:
         return problems
-    for group, shapes in catalog.items():
+    for group, shapes in official.items():
         missing = [n for n in shapes if n not in claimed]
         if missing and (group == ENCODER or len(missing) < len(shapes)):  # [relative]: optional
             problems.append((group, f"no row for {', '.join(missing[:5])} (a group comes whole)"))
@@ -487,18 +462,10 @@ def _generated_problems(generated: dict) -> list[tuple[str, str]]:
         for name, spec in generated.items()
         if not isinstance(spec, dict)
         or set(spec) != {"arange", "shape"}
-        or not _is_dim(spec["arange"])
+        or not is_dim(spec["arange"])
         or not isinstance(spec["shape"], list)
-        or not all(_is_dim(d) for d in spec["shape"])
+        or not all(is_dim(d) for d in spec["shape"])
     ]
-
-
-def _is_dim(value) -> bool:
-    if isinstance(value, bool):
-        return False
-    return (isinstance(value, int) and 0 <= value <= MAX_DIM) or (
-        isinstance(value, str) and (value in SIZES or value in DERIVED)
-    )
 
 
 # Layouts recognised, never converted ------------------------------------------------------------
@@ -534,14 +501,14 @@ def read_off(name: str, shapes: dict[str, tuple[int, ...]]) -> tuple[list[str], 
         placed.append(tensor)
         if match.re.groups:
             layers = max(layers, int(match[1]) + 1)
-        if len(shape) == len(dims):  # a size already shown by an earlier tensor stays
+        if dims is not None and len(shape) == len(dims):  # a size shown earlier stays
             sizes = {d: s for d, s in zip(dims, shape, strict=True) if d in SIZES} | sizes
     if layers:
         sizes["num_hidden_layers"] = layers
     return placed, sizes
 
 
-def _matched(tensor: str, matchers: list[tuple[re.Pattern, list]]) -> tuple[re.Match, list] | None:
+def _matched(tensor: str, matchers: list) -> tuple[re.Match, list | None] | None:
     """The match of the row that names `tensor`, and the row's shape."""
     for regex, dims in matchers:
         if match := regex.fullmatch(tensor):
@@ -549,140 +516,159 @@ def _matched(tensor: str, matchers: list[tuple[re.Pattern, list]]) -> tuple[re.M
     return None
 
 
-def _matchers(name: str) -> list[tuple[re.Pattern, list]]:
+def _matchers(name: str) -> list[tuple[re.Pattern, list | None]]:
     """Each row of table `name` as a regular expression (`{layer}` any index; the prefix
-    optional where the row's group is prefixed), with the row's shape."""
+    optional where the row's group is prefixed), with the row's shape; then each name it
+    ignores (a buffer: no shape to read sizes off)."""
     raw = _raw(name)
     prefix = f"(?:{re.escape(raw['prefix'])})?" if raw.get("prefix") else ""
     prefixed = set(raw.get("prefixed", []))
+    rows = [(pattern, dims, group in prefixed) for group, rows in sections(raw)
+            for pattern, dims in rows.items()]  # fmt: skip
+    rows += [(pattern, None, True) for pattern in raw.get("ignored", [])]
     return [
         (
             re.compile(
-                (prefix if group in prefixed else "")
+                (prefix if is_prefixed else "")
                 + LAYER_INDEX.join(re.escape(part) for part in pattern.split("{layer}"))
             ),
             dims,
         )
-        for group, rows in _sections(raw)
-        for pattern, dims in rows.items()
+        for pattern, dims, is_prefixed in rows
     ]
 
 
-# The architecture: tensors, groups, classes -------------------------------------------------------
-
-ARCHITECTURES = TABLES / "architectures"  # one file per model_type
-ARCHITECTURE_KEYS = {"model_type": str, "config_class": str, ENCODER: dict, RELATIVE: dict,
-                     "groups": dict, "classes": dict, "anchors": dict, "units": dict}  # fmt: skip
+# Which layout a file or a model is ------------------------------------------------------------
 
 
-@cache
-def architecture(model_type: str = "bert") -> dict:
-    """The catalog of an architecture (mappings/architectures/MODEL_TYPE.toml): its tensors with
-    their shapes, by group; transformers' classes with their groups and outputs; where each
-    compared output is read in a model. Held to its schema as a table is."""
-    path = ARCHITECTURES / f"{model_type}.toml"
-    from .files import open_regular
+@dataclass(frozen=True)
+class Identified:
+    """The layout a file's (or a model's) tensors are in, how that was found, the names of
+    theirs it places, and (a model's) the table's groups it holds."""
 
-    with open_regular(path) as f:
-        catalog = tomllib.loads(f.read().decode("utf-8"))
-    problems = [(k, "missing, or not of its type") for k, kind in ARCHITECTURE_KEYS.items()
-                if not isinstance(catalog.get(k), kind)]  # fmt: skip
-    if not problems:
-        groups = set(catalog["groups"])
-        problems = _shape_problems(catalog, "an architecture's")
-        problems += _class_problems(catalog["classes"], groups)
-        problems += [(k, "not a group nor a hidden state") for k in catalog["anchors"]
-                     if k not in groups | {"embeddings", "layer"}]  # fmt: skip
-    if problems:
-        lines = [f"  {key}: {problem}" for key, problem in problems[:LISTED]]
-        raise TableError(f"{path}: not a valid architecture:\n" + "\n".join(lines))
-    return catalog
+    layout: str | None  # None: no layout (a file without config.json none recognises)
+    how: str
+    placed: frozenset[str] = frozenset()
+    groups: frozenset[str] = frozenset()
 
 
-@cache
-def _catalog() -> dict[str, dict[str, list]]:
-    """Official tensor patterns with their shapes, by group (the encoder first)."""
-    return dict(_sections(architecture()))
+def identify(
+    shapes: dict[str, tuple[int, ...]],
+    config: BertConfig | None,
+    given: str | None = None,
+    recorded: str | None = None,
+    form: str = "safetensors",
+    buffers: frozenset[str] | None = None,
+    source: str = "",
+    guess: bool = False,
+) -> Identified:
+    """Which layout the tensors `shapes` (by name) are in: the one the user `given`; the one
+    files of `form` always are in (TensorFlow's); the one bertconv `recorded` in a file it wrote;
+    a layout recognised only that names over half of them; else the official one, or (`guess`,
+    as inspect does) the layout whose names place the most of them. A file is converted from a
+    layout it says or the user names, never from a guess.
+    A model's state dict (`buffers`: its own buffers) is in the first table whose names are
+    exactly the model's, which says which of the table's groups it holds. The one place that
+    decides a layout: reading, inspect, convert's refusals and verify --model all ask it."""
+    if buffers is not None:
+        return _identify_model(shapes, config, given, buffers, source)
+    if given is not None:
+        return _placing(canonical(given), "given", shapes, config)
+    if fixed := layout_for_format(form):
+        return _placing(fixed, "by its form", shapes, config)
+    if recorded is not None and not (guess and recorded not in layout_names()):
+        if recorded not in layout_names():
+            raise CheckpointError(
+                f"{source}: its metadata says it is in layout {recorded!r}, which is not one "
+                f"bertconv ships ({', '.join(layout_names())}). Name the layout it is in with "
+                "--from (a shipped name, or the path to the table file it was written with)."
+            )
+        return _placing(recorded, "recorded in its metadata", shapes, config)
+    if guess:
+        return _by_names(shapes, config)
+    return _by_names(shapes, None, official=config is not None)
 
 
-@cache
-def _group_names() -> dict[str, frozenset[str]]:
-    """Each group's official tensor patterns (groups may share them: classifier, choice)."""
-    return {g: frozenset(s) for g, s in _catalog().items() if g not in (ENCODER, RELATIVE)}
+def _placing(name: str, how: str, shapes: dict, config: BertConfig | None) -> Identified:
+    if refusal(name) or config is None:
+        return Identified(name, how, frozenset(read_off(name, shapes)[0]))
+    table = layout(name, config)
+    return Identified(name, how, frozenset(n for n in shapes if table.place(n)))
 
 
-def group_names() -> list[str]:
-    """Every group, in the architecture's order."""
-    return list(_group_names())
+def _by_names(shapes: dict, config: BertConfig | None, official: bool = False) -> Identified:
+    """A layout recognised only that names over half of a file's tensors; else, where `config`
+    is given, the shipped layout placing the most (the official one where none places more);
+    else the official layout (`official`) or none."""
+    found = [_placing(n, "by its names", shapes, None) for n in layout_names() if refusal(n)]
+    found = [f for f in found if 2 * len(f.placed) > len(shapes)]
+    if not found and config is not None:
+        names = sorted(layout_names(), key=lambda n: n != OFFICIAL)
+        found = [_placing(n, "by its names", shapes, config) for n in names if not refusal(n)]
+        found = [f for f in found if f.placed]
+    if found:
+        return max(found, key=lambda f: len(f.placed))  # the first of equals: official first
+    if official:
+        return Identified(OFFICIAL, "the official layout: no other is recorded or named")
+    return Identified(None, "no shipped table names its tensors")
 
 
-def classes() -> dict[str, list[str]]:
-    """transformers' BERT classes, each with the groups its files hold, in the order they are
-    tried when a file is identified."""
-    return {name: spec["groups"] for name, spec in architecture()["classes"].items()}
+def _identify_model(
+    shapes: dict, config: BertConfig, given: str | None, buffers: frozenset[str], spec: str
+) -> Identified:
+    names = set(shapes) - buffers
+    tables = [given] if given else [n for n in layout_names() if not refusal(n)]
+    for name in tables:
+        table = layout(name, config)
+        held = _held(table, config, names)
+        written = set(table.written(set(catalog.shapes(config, sorted(held))), held))
+        written |= set(table.generated)
+        if written - buffers == names:
+            return Identified(canonical(name), "given" if given else "by its names",
+                              frozenset(names), held)  # fmt: skip
+        if given:
+            raise CheckpointError(
+                f"--model {spec!r}: the table's names do not fit the model: the model has "
+                f"{sorted(names - written)[:8]}, which the table does not name; the table names "
+                f"{sorted(written - names - buffers)[:8]}, which the model lacks. Check the table "
+                "(`bertconv infer` writes one for your model)."
+            )
+    found = _by_names(shapes, None)
+    if found.layout is not None:  # BERT-pytorch's names: a model bertconv knows is not BERT
+        raise NotBertError(
+            f"--model {spec!r}: is in the {found.layout!r} layout.\n{refusal(found.layout)}"
+        )
+    raise UsageError(
+        f"--model {spec!r}: no shipped layout names its tensors; give its table with --layout "
+        "(`bertconv infer` writes one)"
+    )
 
 
-def outputs(model_class: str) -> list[tuple[str, str, bool]]:
-    """What a class computes beyond the hidden states and the pooler: (verify's row, transformers'
-    output name, per token)."""
-    specs = architecture()["classes"][model_class]["outputs"]
-    return [(row, output, kind == "token") for row, output, kind in specs]
+def _held(table: Table, config: BertConfig, names: set[str]) -> frozenset[str]:
+    """The groups of `table` whose every name the model has: the heads, then the prefixed
+    groups (transformers' encoder and pooler), named as they are beside those heads."""
+    encoder = set(catalog.shapes(config, []))
+
+    def holds(group: str, beside=frozenset()) -> bool:
+        found = table.written(set(catalog.shapes(config, [group])) - encoder, beside)
+        return bool(found) and found.keys() <= names
+
+    heads = {g for g in table.groups - table.prefixed if holds(g)}
+    return frozenset(heads | {g for g in table.groups & table.prefixed if holds(g, heads)})
 
 
-def anchors() -> dict[str, list[str]]:
-    """The official tensors whose last use in a forward gives each compared output."""
-    return architecture()["anchors"]
+def class_for(groups: set[str] | frozenset[str], model_type: str = "bert") -> str:
+    """The class a set of groups makes: catalog.class_for, the one rule, on their tensors, the
+    class's groups those (a pooler aside)."""
+    heads = set().union(*(catalog.group_tensors(model_type)[g] for g in groups))
 
+    def exactly(name: str) -> bool:
+        return set(catalog.classes(model_type)[name]) - {"pooler"} == set(groups) - {"pooler"}
 
-def has_pooler(class_name: str, model_type: str = "bert") -> bool:
-    """Does transformers' class build a pooler (its groups name one, or it says so)?"""
-    spec = architecture(model_type)["classes"][class_name]
-    return "pooler" in spec["groups"] or spec.get("pooler", False)
-
-
-def class_for(groups: set[str] | frozenset[str]) -> str:
-    """The class a set of groups makes: the first whose groups are all there, with nothing else
-    but a pooler (older task checkpoints carried one they did not use)."""
-    for name, wanted in classes().items():
-        if set(wanted) <= groups and groups - set(wanted) <= {"pooler"}:
-            return name
-    raise ValueError(f"no class holds the groups {sorted(groups)}")
-
-
-def shapes(config: BertConfig, groups: list[str] | tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-    """The official tensors of the encoder and `groups`, with the shapes config.json implies."""
-    return _shapes(_key(config), tuple(groups))
-
-
-@cache
-def _shapes(config_key: tuple, groups: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-    config = BertConfig(**dict(config_key))
-    out = {}
-    for group in (ENCODER, *([RELATIVE] if config.relative else []), *groups):
-        for pattern, dims in _catalog()[group].items():
-            for name in _expand(pattern, config.num_hidden_layers):
-                out[name] = tuple(_dim(d, config) for d in dims)
-    return out
-
-
-def relative_names(config: BertConfig) -> frozenset[str]:
-    """The official names of relative position embeddings' tensors, for config's layers, whether
-    or not config.json asks for them."""
-    n = config.num_hidden_layers
-    return frozenset(name for pattern in _catalog()[RELATIVE] for name in _expand(pattern, n))
-
-
-def _expand(pattern: str, num_layers: int) -> list[str]:
-    if "{layer}" not in pattern:
-        return [pattern]
-    return [pattern.replace("{layer}", str(i)) for i in range(num_layers)]
-
-
-DERIVED = ("attention_head_size", "relative_distances")  # sizes BertConfig computes
-
-
-def _dim(value: int | str, config: BertConfig) -> int:
-    return value if isinstance(value, int) else getattr(config, value)
+    found = catalog.class_for(heads, model_type, exactly)
+    if found is None:
+        raise ValueError(f"no class holds the groups {sorted(groups)}")
+    return found
 
 
 # Tables expanded for a config -------------------------------------------------------------------
@@ -692,13 +678,14 @@ def layout(name: str, config: BertConfig) -> Table:
     """The table called `name` (or in the file `name`), expanded for `config`'s number of
     layers."""
     name = canonical(name)
-    return _layout(name, _source(name), _key(config))
+    return _layout(name, _source(name), config_key(config))
 
 
 @cache
 def _layout(name: str, source, config_key: tuple) -> Table:
     where = TABLES / f"{source}.toml" if isinstance(source, str) else source[0]
-    return expand(_read(source), name, BertConfig(**dict(config_key)), str(where))
+    config = BertConfig(**dict(config_key))
+    return expand(_read(source, config.model_type), name, config, str(where))
 
 
 def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -> Table:
@@ -707,9 +694,9 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
     where = where or name
     n = config.num_hidden_layers
     rows = {}
-    for group, section in _sections(raw):
+    for group, section in sections(raw):
         for pattern, spec in section.items():
-            for i, expanded in enumerate(_expand(pattern, n)):
+            for i, expanded in enumerate(catalog.expand(pattern, n)):
                 if expanded in rows:
                     raise TableError(
                         f"{where}: row {pattern!r} names {expanded!r}, as another does"
@@ -717,7 +704,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
                 rows[expanded] = _row(expanded, spec, i, group)
     aliases = _expand_pairs(raw.get("aliases", {}), n)
     tied = _expand_pairs(raw.get("tied", {}), n)
-    ignored = {e for pattern in raw.get("ignored", []) for e in _expand(pattern, n)}
+    ignored = {e for pattern in raw.get("ignored", []) for e in catalog.expand(pattern, n)}
     prefix, prefixed = raw.get("prefix", ""), frozenset(raw.get("prefixed", []))
     if prefix:  # the prefixed groups' names are read with the prefix too
         group_of = {r.name: r.group for r in rows.values()}
@@ -731,6 +718,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         "format": raw.get("format", "safetensors"),
         "slots": tuple(raw.get("slots", [])),
         "write_tied": raw.get("write_tied", True),
+        "model_type": config.model_type,
     }
     return Table(
         name,
@@ -752,7 +740,8 @@ def _generated(raw: dict, config: BertConfig, table: str, rows: set) -> dict[str
     together small (a hostile table could ask for gigabytes)."""
     out = {}
     for key, spec in raw.items():
-        arange, shape = _dim(spec["arange"], config), tuple(_dim(d, config) for d in spec["shape"])
+        arange = catalog.dim(spec["arange"], config)
+        shape = tuple(catalog.dim(d, config) for d in spec["shape"])
         if math.prod(shape) != arange:
             raise TableError(
                 f"{table}: [generated] {key!r} is arange({arange}) in a shape {shape} of "
@@ -780,10 +769,36 @@ def _expand_pairs(pairs: dict[str, str], num_layers: int) -> dict[str, str]:
     """Expand `{layer}` on both sides of a name = name table, row by row."""
     out = {}
     for key, value in pairs.items():
-        out.update(zip(_expand(key, num_layers), _expand(value, num_layers), strict=True))
+        out.update(
+            zip(catalog.expand(key, num_layers), catalog.expand(value, num_layers), strict=True)
+        )
     return out
 
 
-def _key(config: BertConfig) -> tuple:
-    """`config` as a key for the caches above (a dataclass is not hashable)."""
-    return tuple(sorted(vars(config).items()))
+# Until bertconv.yours and verify take them from the catalog itself.
+def architecture(model_type: str = "bert") -> dict:
+    return catalog.architecture(model_type)
+
+
+def anchors(model_type: str = "bert") -> dict[str, list[str]]:
+    return catalog.anchors(model_type)
+
+
+def outputs(model_class: str, model_type: str = "bert") -> list[tuple[str, str, bool]]:
+    return catalog.outputs(model_class, model_type)
+
+
+def classes(model_type: str = "bert") -> dict[str, list[str]]:
+    return catalog.classes(model_type)
+
+
+def group_names(model_type: str = "bert") -> list[str]:
+    return catalog.group_names(model_type)
+
+
+def has_pooler(class_name: str, model_type: str = "bert") -> bool:
+    return catalog.has_pooler(class_name, model_type)
+
+
+shapes = catalog.shapes
+relative_names = catalog.relative_names

@@ -124,9 +124,9 @@ def _toml(rows) -> str:
 
 
 def _catalog() -> dict[str, dict]:
-    from bertconv import mapping
+    from bertconv import catalog
 
-    return {g: mapping._catalog()[g] for g in ("encoder", "pooler")}
+    return {g: catalog.tensors("bert")[g] for g in ("encoder", "pooler")}
 
 
 @settings(
