@@ -1,0 +1,68 @@
+"""The architecture catalog is keyed by config.json's model_type: a second catalog placed beside
+BERT's is the one a checkpoint naming its type is read with, and a type without one is refused."""
+
+import json
+import shutil
+
+import pytest
+
+import bertconv
+from bertconv import catalog, mapping
+from bertconv.errors import CheckpointError, TableError
+
+
+@pytest.fixture
+def architectures(tmp_path, monkeypatch):
+    """A catalog directory holding BERT's catalog, where a test adds another."""
+    where = tmp_path / "architectures"
+    where.mkdir()
+    shutil.copy(catalog.ARCHITECTURES / "bert.toml", where)
+    monkeypatch.setattr(catalog, "ARCHITECTURES", where)
+    mapping.forget()
+    yield where
+    monkeypatch.undo()
+    mapping.forget()
+
+
+def _with_type(source, tmp_path, model_type: str):
+    """A copy of the checkpoint directory `source` whose config.json names `model_type`."""
+    out = tmp_path / f"ckpt-{model_type}"
+    shutil.copytree(source, out)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(config | {"model_type": model_type}))
+    return out
+
+
+def test_the_catalog_is_chosen_by_model_type(architectures, checkpoints, tmp_path):
+    """A catalog `toybert` that knows no pre-training class: a pre-training checkpoint is that
+    class under `bert`, and makes no class under `toybert`."""
+    text = (architectures / "bert.toml").read_text()
+    start = text.index("[classes.BertForPreTraining]")
+    end = text.index("[classes.BertForMaskedLM]")
+    toy = text[:start] + text[end:]
+    (architectures / "toybert.toml").write_text(
+        toy.replace('model_type = "bert"', 'model_type = "toybert"')
+    )
+    assert catalog.model_types() == ["bert", "toybert"]
+
+    as_bert = bertconv.inspect(_with_type(checkpoints["pretraining"], tmp_path, "bert"))
+    assert as_bert.model_class == "BertForPreTraining"
+    as_toy = bertconv.inspect(_with_type(checkpoints["pretraining"], tmp_path, "toybert"))
+    assert as_toy.model_class is None and "make no BERT class" in as_toy.problems
+
+
+def test_a_model_type_without_a_catalog_is_refused_naming_those_there_are(checkpoints, tmp_path):
+    with pytest.raises(CheckpointError, match=r"model_type='albert' is not supported.*'bert'"):
+        bertconv.load(_with_type(checkpoints["base"], tmp_path, "albert"))
+
+
+def test_a_catalog_names_its_own_model_type(architectures):
+    text = (architectures / "bert.toml").read_text()
+    (architectures / "other.toml").write_text(text)  # says model_type = "bert"
+    with pytest.raises(TableError, match="other.toml: not a valid architecture"):
+        catalog.architecture("other")
+
+
+def test_google_bert_config_without_model_type_is_bert():
+    config = bertconv.BertConfig.from_dict({"hidden_size": 64, "num_attention_heads": 4})
+    assert config.model_type == "bert"
