@@ -1,6 +1,6 @@
 """BERT from scratch: the encoder of Devlin et al. (2018), computing what transformers' BertModel
-and its task classes (pre-training, masked LM, next sentence, sequence / token classification,
-multiple choice, question answering) compute, in one file read top to bottom.
+computes, in one file read top to bottom; the task classes that put a head on it (pre-training,
+masked LM, ..., question answering) are in heads.py, and found here too by name.
 
 Parameter names follow seed 000 ("Code Review for BERT"): attention projections are `Wq/Wk/Wv`,
 LayerNorms hold `gamma/beta`; everything else keeps the names of the original release
@@ -11,13 +11,14 @@ LayerNorms hold `gamma/beta`; everything else keeps the names of the original re
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .config import ACTIVATIONS, BertConfig
+from .mapping import classes, has_pooler
 
 
 def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -70,9 +71,8 @@ class Padding:
     tokens alone, packed into one (N, features) matrix. Attention, which needs each sequence
     whole, spreads them out to (B, T, features) and packs its result again."""
 
-    def __init__(self, attention_mask: torch.Tensor | None, shape: torch.Size, device=None) -> None:
+    def __init__(self, attention_mask: torch.Tensor | None, shape: torch.Size) -> None:
         self.shape = shape  # (B, T)
-        self.key_device = device
         self.real = self.key_mask = None
         if attention_mask is not None:
             real = attention_mask.flatten().bool()  # (B * T,)
@@ -96,18 +96,6 @@ class Padding:
         if self.real is not None:
             x = torch.cat([x, x.new_zeros(1, x.shape[-1])]).index_select(0, self.rows)
         return x.view(*self.shape, x.shape[-1])
-
-    def sequences(self) -> tuple[torch.Tensor, int]:
-        """Where each sequence starts among the packed tokens, and the longest: (B + 1,) int32
-        offsets, as FlashAttention's variable-length kernel takes them. A sequence's tokens are
-        side by side in the packing (a row's real tokens, in order)."""
-        B, T = self.shape
-        if self.real is None:
-            lengths = torch.full((B,), T, dtype=torch.int32, device=self.key_device)
-        else:
-            lengths = self.key_mask.view(B, T).sum(1, dtype=torch.int32)
-        offsets = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
-        return offsets, int(lengths.max()) if B else 0
 
     def spread(self, x: torch.Tensor) -> torch.Tensor:
         """(N, F) -> (B, T, F), anything at the padding: attention's queries, keys and values,
@@ -172,54 +160,12 @@ class SelfAttention(nn.Module):
         return scores / math.sqrt(self.head_dim)
 
     def forward(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
-        if self.packed(x):
-            return self.packed_attention(x, padding)
+        """(N, hidden), the real tokens, -> (N, hidden)"""
         q, k, v = (self.split_heads(padding.spread(W(x))) for W in (self.Wq, self.Wk, self.Wv))
         bias = self.relative_scores(q, k) if hasattr(self, "distance_embedding") else None
         dropout = self.dropout_p if self.training else 0.0
         out = attention(q, k, v, padding.key_mask, bias, dropout)  # (B, heads, T, head_dim)
         return padding.pack(out.transpose(1, 2).flatten(2))  # the heads side by side again
-
-    def packed(self, x: torch.Tensor) -> bool:
-        """Can attention run on the packed tokens themselves? On a GPU, in half precision, for
-        absolute positions, in eval mode, where this torch has the variable-length kernel."""
-        return (
-            x.is_cuda
-            and x.dtype in (torch.float16, torch.bfloat16)
-            and not self.training
-            and not hasattr(self, "distance_embedding")
-            and self.head_dim % 8 == 0
-            and self.head_dim <= 256  # FlashAttention's head sizes
-            and flash_capable(x.device)
-            and varlen_kernel() is not None
-        )
-
-    def packed_attention(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
-        """Each sequence's tokens attend to each other's, in place in the packing (N, hidden):
-        no padding is made, and none attended to. Scaled by 1 / sqrt(head_dim), as above."""
-        q, k, v = (
-            W(x).view(-1, self.num_heads, self.head_dim) for W in (self.Wq, self.Wk, self.Wv)
-        )
-        offsets, longest = padding.sequences()
-        out = varlen_kernel()(q, k, v, offsets, offsets, longest, longest)  # (N, heads, head_dim)
-        return out.reshape(len(x), -1)
-
-
-@cache
-def flash_capable(device: torch.device) -> bool:
-    """FlashAttention's kernels run on GPUs of compute capability 8.0 (Ampere) and up; older
-    ones (a T4, a V100) keep the padded path."""
-    return torch.cuda.get_device_capability(device) >= (8, 0)
-
-
-@cache
-def varlen_kernel():
-    """FlashAttention's variable-length kernel (torch >= 2.10), where this torch has it."""
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
-        return None
-    return varlen_attn
 
 
 class AddNorm(nn.Module):
@@ -309,8 +255,13 @@ class BertOutput:
 class BertModel(nn.Module):
     """The BERT encoder: embeddings, a stack of layers, and (usually) the pooler."""
 
-    def __init__(self, config: BertConfig, pooler: bool = True):
+    def __init__(self, config: BertConfig, pooler: bool | None = None):
+        """pooler: whether to build one; by default, as transformers' class of this name does."""
         super().__init__()
+        if pooler is None:  # as the catalog says of this class (or the catalog's class it extends)
+            known = classes(config.model_type)
+            ours = next(c.__name__ for c in type(self).__mro__ if c.__name__ in known)
+            pooler = has_pooler(ours, config.model_type)
         self.config = config
         self.embeddings = Embeddings(config)
         self.encoder = Encoder(config)
@@ -327,7 +278,7 @@ class BertModel(nn.Module):
         hidden state, or (output_hidden_states=False) none but the last, which is faster."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        padding = Padding(attention_mask, input_ids.shape, input_ids.device)
+        padding = Padding(attention_mask, input_ids.shape)
         x = self.embeddings(input_ids, token_type_ids)
         hidden_states = self.encoder(x, padding, every=output_hidden_states)
         last = hidden_states[-1]
@@ -345,172 +296,12 @@ class BertModel(nn.Module):
         return self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)[0]
 
 
-# The heads, and the classes that put one on the encoder, under transformers' names. Each head
-# sits beside the encoder, so the encoder's parameter names are the same with any of them.
+def __getattr__(name: str):
+    """The task classes under this module too (`bertconv.model.BertForPreTraining`), as api and
+    bertconv's package look a class up here by its name; imported on first use, as heads.py
+    imports this module."""
+    if name.startswith("BertFor"):
+        from . import heads
 
-
-class PredictionHeadTransform(nn.Module):
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act = ACTIVATION_FNS[config.hidden_act]
-        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.act(self.dense(x)))
-
-
-class MaskedLMHead(nn.Module):
-    """Predict the masked token. The decoder is the word-embedding matrix itself (weight tying),
-    so it owns only the output bias."""
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.transform = PredictionHeadTransform(config)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-
-    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.transform(hidden), word_embeddings, self.bias)  # (..., vocab)
-
-
-class PreTrainingHeads(nn.Module):
-    """`cls`: the masked-LM head, the next-sentence head, or both."""
-
-    def __init__(self, config: BertConfig, mlm: bool = True, nsp: bool = True):
-        super().__init__()
-        if mlm:
-            self.predictions = MaskedLMHead(config)
-        if nsp:
-            self.seq_relationship = nn.Linear(config.hidden_size, 2)  # IsNext / NotNext
-
-
-def per_token(head, out: BertOutput, padding: Padding, *args) -> torch.Tensor:
-    """A head applied to the real tokens only, zeros at the padding: (B, T, outputs)."""
-    return padding.unpack(head(padding.pack(out.last_hidden_state), *args))
-
-
-@dataclass
-class BertForPreTrainingOutput(BertOutput):
-    prediction_logits: torch.Tensor  # (B, T, vocab): masked language model; zeros at padding
-    seq_relationship_logits: torch.Tensor  # (B, 2): next sentence prediction
-
-
-class BertForPreTraining(BertModel):
-    """BERT with its two pre-training heads."""
-
-    def __init__(self, config: BertConfig, pooler: bool = True):
-        super().__init__(config, pooler)
-        self.cls = PreTrainingHeads(config)
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
-        words = self.embeddings.word_embeddings.weight
-        mlm = per_token(self.cls.predictions, out, padding, words)
-        nsp = self.cls.seq_relationship(out.pooler_output)
-        return BertForPreTrainingOutput(
-            **vars(out), prediction_logits=mlm, seq_relationship_logits=nsp
-        )
-
-
-@dataclass
-class LogitsOutput(BertOutput):
-    logits: (
-        torch.Tensor
-    )  # by class: (B, T, vocab), (B, 2), (B, labels), (B, choices), (B, T, labels)
-
-
-class BertForMaskedLM(BertModel):
-    """The masked-LM head alone, as domain-adapted BERTs are saved."""
-
-    def __init__(self, config: BertConfig, pooler: bool = False):
-        super().__init__(config, pooler)
-        self.cls = PreTrainingHeads(config, nsp=False)
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
-        words = self.embeddings.word_embeddings.weight
-        return LogitsOutput(
-            **vars(out), logits=per_token(self.cls.predictions, out, padding, words)
-        )
-
-
-class BertForNextSentencePrediction(BertModel):
-    def __init__(self, config: BertConfig, pooler: bool = True):
-        super().__init__(config, pooler)
-        self.cls = PreTrainingHeads(config, mlm=False)
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
-        return LogitsOutput(**vars(out), logits=self.cls.seq_relationship(out.pooler_output))
-
-
-def classifier_dropout(config: BertConfig) -> nn.Dropout:
-    p = config.classifier_dropout
-    return nn.Dropout(config.hidden_dropout_prob if p is None else p)
-
-
-class BertForSequenceClassification(BertModel):
-    """A label per sequence (num_labels 1: a regression), from the pooled output."""
-
-    def __init__(self, config: BertConfig, pooler: bool = True):
-        super().__init__(config, pooler)
-        self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
-        return LogitsOutput(**vars(out), logits=self.classifier(self.dropout(out.pooler_output)))
-
-
-class BertForMultipleChoice(BertModel):
-    """A score per choice: each (question, choice) pair is encoded on its own, and its pooled
-    output scored; inputs are (B, choices, T)."""
-
-    def __init__(self, config: BertConfig, pooler: bool = True):
-        super().__init__(config, pooler)
-        self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, 1)
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        B, choices, T = input_ids.shape
-        # Every choice as a sequence of its own: (B * choices, T), and so the outputs
-        flat = [
-            None if x is None else x.reshape(B * choices, T)
-            for x in (attention_mask, token_type_ids)
-        ]
-        out = self.encode(input_ids.reshape(B * choices, T), *flat)[0]
-        scores = self.classifier(self.dropout(out.pooler_output)).view(B, choices)
-        return LogitsOutput(**vars(out), logits=scores)
-
-
-class BertForTokenClassification(BertModel):
-    """A label per token (named entities, say)."""
-
-    def __init__(self, config: BertConfig, pooler: bool = False):
-        super().__init__(config, pooler)
-        self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
-        logits = per_token(lambda h: self.classifier(self.dropout(h)), out, padding)
-        return LogitsOutput(**vars(out), logits=logits)
-
-
-@dataclass
-class QuestionAnsweringOutput(BertOutput):
-    start_logits: torch.Tensor  # (B, T): where the answer starts; zeros at padding
-    end_logits: torch.Tensor  # (B, T): where it ends
-
-
-class BertForQuestionAnswering(BertModel):
-    """Extractive question answering: a start and an end score for every token."""
-
-    def __init__(self, config: BertConfig, pooler: bool = False):
-        super().__init__(config, pooler)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
-        start, end = per_token(self.qa_outputs, out, padding).unbind(-1)
-        return QuestionAnsweringOutput(**vars(out), start_logits=start, end_logits=end)
+        return getattr(heads, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 import bertconv
+import bertconv.mapping
+import bertconv.model
 from bertconv.config import ACTIVATIONS, BertConfig
 from bertconv.errors import CheckpointError
 from bertconv.model import activation
@@ -162,18 +164,28 @@ def sequence_by_sequence(q, k, v, offsets, offsets_k, longest, longest_k):
 def test_the_packed_path_is_taken_only_where_flashattention_runs(
     capability, head_dim, dtype, packed, monkeypatch
 ):
-    from types import SimpleNamespace
-
-    from bertconv import model as models
+    from bertconv import packed as packing
 
     config = bertconv.BertConfig(**{**TINY, "hidden_size": head_dim * 2, "num_attention_heads": 2})
-    attention = models.SelfAttention(config).eval()
-    models.flash_capable.cache_clear()
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    monkeypatch.setattr(models, "varlen_kernel", lambda: object())
-    x = SimpleNamespace(is_cuda=True, dtype=dtype, device=torch.device("cuda", 0))
-    assert attention.packed(x) is packed
-    models.flash_capable.cache_clear()
+    monkeypatch.setattr(packing, "varlen_kernel", lambda: object())
+    assert (packing.why_not(config, torch.device("cuda", 0), dtype) is None) is packed
+
+
+@pytest.mark.parametrize(
+    "settings, reason",
+    [
+        ({}, "the model is on cpu, not a CUDA GPU"),
+        ({"position_embedding_type": "relative_key"}, "'relative_key' adds to the scores"),
+    ],
+)
+def test_the_packed_path_is_refused_saying_why(settings, reason):
+    from bertconv import packed as packing
+    from bertconv.errors import UsageError
+
+    model = bertconv.BertModel(bertconv.BertConfig(**{**TINY, **settings}))
+    with pytest.raises(UsageError, match=reason):
+        packing.enable(model)
 
 
 @pytest.mark.parametrize("masked", [True, False])
@@ -183,15 +195,29 @@ def test_attention_on_the_packed_tokens_computes_what_the_padded_one_does(
     """The GPU's path (attention sequence by sequence in the packing, no padding made) against
     the padded path, with the kernel's arithmetic written plainly so that it runs here."""
     from bertconv import model as models
+    from bertconv import packed as packing
 
     config = bertconv.BertConfig(**TINY)
     model = models.BertModel(config).eval()
     inputs = batch if masked else {k: v for k, v in batch.items() if k != "attention_mask"}
     with torch.no_grad():
         padded = model(**inputs)
-        monkeypatch.setattr(models.SelfAttention, "packed", lambda self, x: True)
-        monkeypatch.setattr(models, "varlen_kernel", lambda: sequence_by_sequence)
+        monkeypatch.setattr(packing, "why_not", lambda *_: None)
+        monkeypatch.setattr(packing, "varlen_kernel", lambda: sequence_by_sequence)
+        packing.enable(model)
+        assert type(model.encoder.layer[0].attention.self) is packing.PackedSelfAttention
         packed = model(**inputs)
     real = batch["attention_mask"].bool() if masked else torch.ones_like(batch["input_ids"]).bool()
     for a, b in zip(padded.hidden_states, packed.hidden_states, strict=True):
         assert (a[real] - b[real]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("name", bertconv.mapping.classes())
+def test_each_class_has_a_pooler_where_transformers_class_does(name):
+    import transformers
+
+    config = BertConfig(**TINY)
+    theirs = getattr(transformers, name)(transformers.BertConfig(**TINY))
+    theirs = theirs if name == "BertModel" else theirs.bert
+    ours = getattr(bertconv.model, name)(config)
+    assert (ours.pooler is None) is (theirs.pooler is None)

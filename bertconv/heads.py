@@ -1,0 +1,181 @@
+"""The task heads, and the classes that put one on the encoder (model.BertModel), under
+transformers' names: pre-training (masked LM and next sentence), either alone, sequence and token
+classification, multiple choice, question answering. Each head sits beside the encoder, so the
+encoder's parameter names are the same with any of them; which classes have a pooler, the catalog
+says (mappings/architectures/bert.toml).
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import BertConfig
+from .model import ACTIVATION_FNS, BertModel, BertOutput, LayerNorm, Padding
+
+
+class PredictionHeadTransform(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACTIVATION_FNS[config.hidden_act]
+        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.act(self.dense(x)))
+
+
+class MaskedLMHead(nn.Module):
+    """Predict the masked token. The decoder is the word-embedding matrix itself (weight tying),
+    so it owns only the output bias."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.transform = PredictionHeadTransform(config)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.transform(hidden), word_embeddings, self.bias)  # (..., vocab)
+
+
+class PreTrainingHeads(nn.Module):
+    """`cls`: the masked-LM head, the next-sentence head, or both."""
+
+    def __init__(self, config: BertConfig, mlm: bool = True, nsp: bool = True):
+        super().__init__()
+        if mlm:
+            self.predictions = MaskedLMHead(config)
+        if nsp:
+            self.seq_relationship = nn.Linear(config.hidden_size, 2)  # IsNext / NotNext
+
+
+def per_token(head, out: BertOutput, padding: Padding, *args) -> torch.Tensor:
+    """A head applied to the real tokens only, zeros at the padding: (B, T, outputs)."""
+    return padding.unpack(head(padding.pack(out.last_hidden_state), *args))
+
+
+@dataclass
+class BertForPreTrainingOutput(BertOutput):
+    prediction_logits: torch.Tensor  # (B, T, vocab): masked language model; zeros at padding
+    seq_relationship_logits: torch.Tensor  # (B, 2): next sentence prediction
+
+
+class BertForPreTraining(BertModel):
+    """BERT with its two pre-training heads."""
+
+    def __init__(self, config: BertConfig, pooler: bool | None = None):
+        super().__init__(config, pooler)
+        self.cls = PreTrainingHeads(config)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
+        words = self.embeddings.word_embeddings.weight
+        mlm = per_token(self.cls.predictions, out, padding, words)
+        nsp = self.cls.seq_relationship(out.pooler_output)
+        return BertForPreTrainingOutput(
+            **vars(out), prediction_logits=mlm, seq_relationship_logits=nsp
+        )
+
+
+@dataclass
+class LogitsOutput(BertOutput):
+    # by class: (B, T, vocab), (B, 2), (B, labels), (B, choices), (B, T, labels)
+    logits: torch.Tensor
+
+
+class BertForMaskedLM(BertModel):
+    """The masked-LM head alone, as domain-adapted BERTs are saved."""
+
+    def __init__(self, config: BertConfig, pooler: bool | None = None):
+        super().__init__(config, pooler)
+        self.cls = PreTrainingHeads(config, nsp=False)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
+        words = self.embeddings.word_embeddings.weight
+        return LogitsOutput(
+            **vars(out), logits=per_token(self.cls.predictions, out, padding, words)
+        )
+
+
+class BertForNextSentencePrediction(BertModel):
+    def __init__(self, config: BertConfig, pooler: bool | None = None):
+        super().__init__(config, pooler)
+        self.cls = PreTrainingHeads(config, mlm=False)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        return LogitsOutput(**vars(out), logits=self.cls.seq_relationship(out.pooler_output))
+
+
+def classifier_dropout(config: BertConfig) -> nn.Dropout:
+    p = config.classifier_dropout
+    return nn.Dropout(config.hidden_dropout_prob if p is None else p)
+
+
+class BertForSequenceClassification(BertModel):
+    """A label per sequence (num_labels 1: a regression), from the pooled output."""
+
+    def __init__(self, config: BertConfig, pooler: bool | None = None):
+        super().__init__(config, pooler)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        return LogitsOutput(**vars(out), logits=self.classifier(self.dropout(out.pooler_output)))
+
+
+class BertForMultipleChoice(BertModel):
+    """A score per choice: each (question, choice) pair is encoded on its own, and its pooled
+    output scored; inputs are (B, choices, T)."""
+
+    def __init__(self, config: BertConfig, pooler: bool | None = None):
+        super().__init__(config, pooler)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        B, choices, T = input_ids.shape
+        # Every choice as a sequence of its own: (B * choices, T), and so the outputs
+        flat = [
+            None if x is None else x.reshape(B * choices, T)
+            for x in (attention_mask, token_type_ids)
+        ]
+        out = self.encode(input_ids.reshape(B * choices, T), *flat)[0]
+        scores = self.classifier(self.dropout(out.pooler_output)).view(B, choices)
+        return LogitsOutput(**vars(out), logits=scores)
+
+
+class BertForTokenClassification(BertModel):
+    """A label per token (named entities, say)."""
+
+    def __init__(self, config: BertConfig, pooler: bool | None = None):
+        super().__init__(config, pooler)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
+        logits = per_token(lambda h: self.classifier(self.dropout(h)), out, padding)
+        return LogitsOutput(**vars(out), logits=logits)
+
+
+@dataclass
+class QuestionAnsweringOutput(BertOutput):
+    start_logits: torch.Tensor  # (B, T): where the answer starts; zeros at padding
+    end_logits: torch.Tensor  # (B, T): where it ends
+
+
+class BertForQuestionAnswering(BertModel):
+    """Extractive question answering: a start and an end score for every token."""
+
+    def __init__(self, config: BertConfig, pooler: bool | None = None):
+        super().__init__(config, pooler)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
+        start, end = per_token(self.qa_outputs, out, padding).unbind(-1)
+        return QuestionAnsweringOutput(**vars(out), start_logits=start, end_logits=end)
