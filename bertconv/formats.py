@@ -3,7 +3,7 @@ repository) holds several. Each says how its files are found in a directory, wha
 downloads of a repository, how one of its files is read, how it is written (or that it is read
 only), and the layout its files are always in (where they are not in one a file records).
 
-    safetensors    model.safetensors                       read and written (storage.py)
+    safetensors    model.safetensors                       read and written (storage.py, writing.py)
     safetensors    model.safetensors.index.json + shards   read
     bin            pytorch_model.bin                       read (pickles.py: vetted first)
     bin            pytorch_model.bin.index.json + shards   read
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from . import files, pickles, storage
+from . import files, pickles, storage, writing
 from .errors import BertconvError, CheckpointError, NotFoundError
 
 # What a conversion into a TensorFlow layout writes, as google-research/bert's releases ship it.
@@ -242,7 +242,7 @@ def _read_h5(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
 
 
 def _write_safetensors(out: files.Output, tensors: dict, metadata: dict, progress) -> None:
-    storage.write_safetensors(out.stage("model.safetensors"), tensors, metadata, progress)
+    writing.write_safetensors(out.stage("model.safetensors"), tensors, metadata, progress)
 
 
 def _write_tf(out: files.Output, tensors: dict, metadata: dict, progress) -> None:

@@ -1,16 +1,15 @@
-"""Tensors as bytes: where they are, and how to read, transform and write them without torch.
+"""Tensors as bytes: where they are, and how to read and transform them without torch.
 
 Converting a checkpoint is mostly renaming, so it need not load a single tensor: a safetensors
-file is an 8-byte length, a JSON header (name -> dtype, shape, byte range), then the data. Here a
-tensor is a reference to its bytes (`Stored`: a range of a file; `InMemory`: bytes), and the
+file is an 8-byte length, a JSON header (name -> dtype, shape, byte range), then the data, and
+`read_header` reads only the header (held to the format's rules: files come from strangers). Here
+a tensor is a reference to its bytes (`Stored`: a range of a file; `InMemory`: bytes), and the
 transforms the mapping tables declare are done on references (`split_rows`, `join_rows`,
-`transpose`). `write_safetensors` writes a new header and copies the data ranges file to file
-with `os.copy_file_range`, so a rename-only conversion costs about what `cp` does and holds
-almost nothing in memory. `to_torch` (torch imported only there) maps stored tensors into torch
-without copying them.
+`transpose`), their bytes computed only when read or written (writing.py writes them, copying
+stored ranges file to file). `nonfinite` finds NaN and Inf without torch; `to_torch` (torch
+imported only there) maps stored tensors into torch without copying them.
 """
 
-import errno
 import json
 import mmap
 import os
@@ -38,11 +37,6 @@ PAGE = 4096
 CHUNK = 1 << 20
 BAND = 4 << 20  # bytes: a transposed tensor is computed a block of this size at a time
 TILE = 8  # source rows transposed at once
-ALIGN = 1 << 16  # the kernel's copy step: a pipe's 16 pages
-STEP = 64 << 20  # bytes per copy call, so that progress moves
-PARALLEL = 64 << 20  # ranges from this size are copied in two halves at once
-# Where the kernel will not copy between two files (other file systems, no support): by hand.
-UNCOPYABLE = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}
 
 
 class Stored(NamedTuple):
@@ -279,26 +273,13 @@ def equal(a: Tensor, b: Tensor) -> bool:
 def _chunks(t: Tensor) -> Iterator[bytes]:
     """The bytes of `t` in chunks of exactly CHUNK (the last one shorter)."""
     buffer = b""
-    for p in pieces(t):
-        for block in _stream(p) if isinstance(p, Stored) else [p]:
-            buffer += block
-            while len(buffer) >= CHUNK:
-                yield buffer[:CHUNK]
-                buffer = buffer[CHUNK:]
+    for block in blocks(t):
+        buffer += block
+        while len(buffer) >= CHUNK:
+            yield buffer[:CHUNK]
+            buffer = buffer[CHUNK:]
     if buffer:
         yield buffer
-
-
-def _stream(s: Stored) -> Iterator[bytes]:
-    with open(s.path, "rb") as f:
-        f.seek(s.start)
-        left = s.end - s.start
-        while left:
-            block = f.read(min(CHUNK, left))
-            if not block:
-                raise CheckpointError(f"{s.path}: ends before the data its header promises")
-            left -= len(block)
-            yield block
 
 
 class NotSafetensors(ValueError):
@@ -519,170 +500,6 @@ def blocks(t: Tensor) -> Iterator[bytes | bytearray]:
                 raise CheckpointError(f"{t.path}: ends before the data its header promises")
             yield buffer if n == len(buffer) else buffer[:n]
             left -= n
-
-
-def write_safetensors(
-    path: Path, tensors: dict[str, Tensor], metadata: dict[str, str], progress: Callable = None
-) -> None:
-    """Write a safetensors file: the header, then each tensor's bytes, stored ones copied file
-    to file by the kernel. Tensors go in the order of their bytes in the source, so that runs of
-    them are copied in one call; the header is padded so the data keeps its page offset."""
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-        raise TypeError("safetensors metadata maps strings to strings")
-    order = sorted(tensors, key=lambda name: _source_position(tensors[name]))
-    header, offset = {"__metadata__": metadata}, 0
-    for name in order:
-        size = nbytes(tensors[name])
-        header[name] = {
-            "dtype": tensors[name].dtype,
-            "shape": list(tensors[name].shape),
-            "data_offsets": [offset, offset + size],
-        }
-        offset += size
-    first = _source_position(tensors[order[0]])[1] if order else 0
-    encoded = _padded(json.dumps(header, separators=(",", ":")).encode(), first)
-    with open(path, "wb") as out:
-        _reserve(out.fileno(), 8 + len(encoded) + offset)
-        out.write(struct.pack("<Q", len(encoded)) + encoded)
-        # A generator: transformed tensors are computed one at a time, as they are written.
-        parts = (p for name in order for p in pieces(tensors[name]))
-        _copy(parts, out, progress or (lambda n: None))
-
-
-def write_raw(path: Path, tensors: list[Tensor], progress: Callable | None = None) -> None:
-    """Write tensors' bytes one after another, with nothing around them (TensorFlow's data
-    files): stored ones copied file to file by the kernel, as write_safetensors does."""
-    with open(path, "wb") as out:
-        _reserve(out.fileno(), sum(map(nbytes, tensors)))
-        parts = (p for t in tensors for p in pieces(t))
-        _copy(parts, out, progress or (lambda n: None))
-
-
-def _reserve(fd: int, size: int) -> None:
-    """Allocate the file's blocks before writing it. On ext4 the copy is then ~25% faster than
-    with blocks allocated as pages are written back, and a full disk fails here, before a byte is
-    written. File systems that cannot preallocate are written as they are."""
-    allocate = getattr(os, "posix_fallocate", None)  # not on macOS
-    try:
-        allocate and allocate(fd, 0, size)
-    except OSError as e:
-        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-            raise
-
-
-def _source_position(t: Tensor) -> tuple[str, int]:
-    first = next(pieces(t), b"") if isinstance(t, Stored | Joined) else b""
-    return (str(first.path), first.start) if isinstance(first, Stored) else ("\uffff", 0)
-
-
-def _padded(header: bytes, data_start: int) -> bytes:
-    """Pad with spaces (the format allows them) so that the data section starts at the same
-    offset within a page as in the source, and at a multiple of 8 in any case."""
-    target = data_start % PAGE if data_start % 8 == 0 else 0
-    pad = (target - (8 + len(header))) % PAGE
-    return header + b" " * pad
-
-
-def _copy(parts: Iterator, out, progress: Callable[[int], None]) -> None:
-    """Write bytes as they are and file ranges by the kernel, merging adjacent ranges."""
-    for run in _merged(parts):
-        if isinstance(run, bytes | bytearray | memoryview):
-            out.write(run)
-            progress(len(run))
-            continue
-        out.flush()
-        path, start, end = run
-        position = out.tell()
-        with open(path, "rb") as src:
-            _copy_range(src.fileno(), out.fileno(), start, position, end - start, progress)
-        out.seek(position + end - start)
-
-
-def _merged(parts: Iterator) -> Iterator[bytes | tuple[Path, int, int]]:
-    run = None
-    for p in parts:
-        if isinstance(p, Stored) and run and run[0] == p.path and run[2] == p.start:
-            run = (run[0], run[1], p.end)
-            continue
-        if run:
-            yield run
-        run = (p.path, p.start, p.end) if isinstance(p, Stored) else None
-        if not isinstance(p, Stored):
-            yield p
-    if run:
-        yield run
-
-
-def _copy_range(src: int, dst: int, offset: int, position: int, count: int, progress) -> None:
-    """Copy `count` bytes at `offset` in `src` to `position` in `dst`, a large range in two
-    halves at once: the kernel's copy is CPU work, and a second core makes it ~10% faster."""
-
-    def copy(spans: list[tuple[int, int, int]], report) -> None:
-        for span in spans:
-            _copy_span(src, dst, *span, report)
-
-    on_two_cores(copy, _spans(offset, position, count), progress)
-
-
-def on_two_cores(work: Callable, shares: list, progress: Callable[[int], None]) -> None:
-    """`work(share, report)` for each of one or two shares at once, the second on a thread of
-    its own (for work that lets go of the GIL: the kernel's copies, reads); `report` passes
-    progress on from either thread. The first failure is raised here."""
-    lock, failed = threading.Lock(), []
-
-    def report(n: int) -> None:
-        with lock:  # a progress bar is not made for two threads
-            progress(n)
-
-    def run(share) -> None:
-        try:
-            work(share, report)
-        except BaseException as e:  # raised again in the calling thread
-            failed.append(e)
-
-    mine, *others = shares
-    helpers = [threading.Thread(target=run, args=(share,)) for share in others]
-    for helper in helpers:
-        helper.start()
-    run(mine)
-    for helper in helpers:
-        helper.join()
-    if failed:
-        raise failed[0]
-
-
-def _spans(offset: int, position: int, count: int) -> list[list[tuple[int, int, int]]]:
-    """The (offset, position, count) pieces to copy, a list per thread: up to the output's next
-    64 KiB boundary, then the rest, in two halves where it is large. The kernel copies 64 KiB at
-    a time; steps that start on such a boundary fill whole large pages of the page cache (~25%
-    faster on ext4)."""
-    head = min(count, -position % ALIGN)
-    rest = count - head
-    split = head + rest // 2 // ALIGN * ALIGN if rest >= PARALLEL else count
-
-    def span(start: int, end: int) -> tuple[int, int, int]:
-        return offset + start, position + start, end - start
-
-    threads = [[span(0, head), span(head, split)], [span(split, count)]]
-    return [[s for s in spans if s[2]] for spans in threads[: 2 if split < count else 1]]
-
-
-def _copy_span(src: int, dst: int, offset: int, position: int, count: int, progress) -> None:
-    kernel_copy = getattr(os, "copy_file_range", None)  # Linux only
-    while count:
-        step = min(count, STEP)
-        try:
-            done = kernel_copy(src, dst, step, offset, position)
-        except TypeError:  # no copy_file_range here
-            done = os.pwrite(dst, os.pread(src, min(step, CHUNK), offset), position)
-        except OSError as e:
-            if e.errno not in UNCOPYABLE:  # a full disk, say: the write's own error
-                raise
-            done = os.pwrite(dst, os.pread(src, min(step, CHUNK), offset), position)
-        if done == 0:
-            raise CheckpointError(f"source file ended {count} bytes early")
-        offset, position, count = offset + done, position + done, count - done
-        progress(done)
 
 
 def to_torch(t: Tensor, maps: dict | None = None):

@@ -23,7 +23,7 @@ import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from . import files, storage
+from . import files, storage, writing
 from .errors import CheckpointError, NotFoundError
 
 MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, which TensorFlow's tables share
@@ -517,7 +517,7 @@ def checksums(path: Path, spans: list[storage.Stored], progress=lambda n: None) 
                 found[i] = _crc_of(f.fileno(), spans[i], report)
 
     shares = [range(0, split), range(split, len(spans))]
-    storage.on_two_cores(work, [s for s in shares if s] or [range(0)], progress)
+    writing.on_two_cores(work, [s for s in shares if s] or [range(0)], progress)
     return found
 
 
@@ -540,7 +540,7 @@ def write_bundle(index: Path, data: Path, tensors: dict, progress=lambda n: None
     BundleWriter writes them: the data file (the tensors in the order of their names), then the
     index file. The index names no file: the data is found beside it, by its name."""
     names = sorted(tensors, key=lambda n: n.encode())
-    storage.write_raw(data, [tensors[n] for n in names], progress)
+    writing.write_raw(data, [tensors[n] for n in names], progress)
     written, offset = [], 0
     for name in names:
         t = tensors[name]

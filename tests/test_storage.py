@@ -1,5 +1,5 @@
-"""storage.py, the torch-free layer under conversion: files it writes are read back by
-safetensors' own loader, and it streams: peak memory stays near one tensor, not the file."""
+"""storage.py and writing.py, the torch-free layer under conversion: files it writes are read
+back by safetensors' own loader, and it streams: peak memory stays near one tensor, not the file."""
 
 import os
 import subprocess
@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertconv import storage
+from bertconv import storage, writing
 from hostile import hostile
 
 
@@ -28,7 +28,7 @@ def test_written_files_read_back_with_safetensors_and_keep_the_page_offset(tmp_p
     renamed["joined"] = storage.join_rows([stored["a"], stored["a"]])
     renamed["transposed"] = storage.transpose(stored["a"])
     renamed["ids"] = storage.arange(6, (1, 6))
-    storage.write_safetensors(tmp_path / "out.safetensors", renamed, {"format": "pt", "k": "v"})
+    writing.write_safetensors(tmp_path / "out.safetensors", renamed, {"format": "pt", "k": "v"})
     back = load_file(tmp_path / "out.safetensors")
     assert all(torch.equal(back["x." + k], v) for k, v in original.items())
     assert torch.equal(back["joined"], torch.cat([original["a"], original["a"]]))
@@ -60,7 +60,7 @@ def copied(tmp_path, values: int):
     original = {"a": torch.randn(values, generator=g), "b": torch.randn(3, generator=g)}
     save_file(original, tmp_path / "in.safetensors")
     stored, _ = storage.read_header(tmp_path / "in.safetensors")
-    storage.write_safetensors(
+    writing.write_safetensors(
         tmp_path / "out.safetensors", {"ids": storage.arange(5, (5,)), **stored}, {}
     )
     return original, load_file(tmp_path / "out.safetensors")
@@ -73,11 +73,11 @@ def test_a_copy_is_exact_and_every_step_after_the_first_starts_on_64k(
     original, back = copied(tmp_path, values)
     assert all(torch.equal(back[k], v) for k, v in original.items())
     positions = [position for _, _, position, _ in kernel_copies]
-    assert all(p % storage.ALIGN == 0 for p in positions[1:]), positions
+    assert all(p % writing.ALIGN == 0 for p in positions[1:]), positions
 
 
 def test_large_ranges_are_copied_in_two_halves_at_once(tmp_path, kernel_copies):
-    original, back = copied(tmp_path, storage.PARALLEL // 4 + storage.ALIGN)  # over PARALLEL bytes
+    original, back = copied(tmp_path, writing.PARALLEL // 4 + writing.ALIGN)  # over PARALLEL bytes
     assert all(torch.equal(back[k], v) for k, v in original.items())
     assert len({thread for thread, *_ in kernel_copies}) == 2
 
@@ -92,7 +92,7 @@ def test_a_failure_in_the_copying_thread_is_raised(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "copy_file_range", full_elsewhere)
     with pytest.raises(OSError, match="No space left"):
-        copied(tmp_path, storage.PARALLEL // 4 + storage.ALIGN)
+        copied(tmp_path, writing.PARALLEL // 4 + writing.ALIGN)
 
 
 def test_to_torch_maps_the_file_and_writes_stay_private(tmp_path):
@@ -106,11 +106,11 @@ def test_to_torch_maps_the_file_and_writes_stay_private(tmp_path):
 PEAK = """
 import resource, sys
 from pathlib import Path
-from bertconv import storage
+from bertconv import storage, writing
 stored, _ = storage.read_header(Path(sys.argv[1]))
 tensors = {{"t": {transform}(stored["t"])}}
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-storage.write_safetensors(Path(sys.argv[2]), tensors, {{}})
+writing.write_safetensors(Path(sys.argv[2]), tensors, {{}})
 print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
 """
 

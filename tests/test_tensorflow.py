@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 import bertconv
-from bertconv import tfbundle
+from bertconv import tfbundle, writing
 from bertconv.errors import CheckpointError
 from bertconv.verify import verify
 from hostile import hostile
@@ -90,8 +90,8 @@ def test_a_writer_that_fails_midway_writes_no_index_and_leaves_no_thread(tmp_pat
             raise OSError(errno.ENOSPC, "No space left on device")
         return original(*args)
 
-    original = storage._copy_span
-    monkeypatch.setattr(storage, "_copy_span", full_disk)
+    original = writing._copy_span
+    monkeypatch.setattr(writing, "_copy_span", full_disk)
     before = threading.active_count()
     index, data = tmp_path / "w.index", tmp_path / "w.data"
     with pytest.raises(OSError, match="No space left"):
@@ -203,7 +203,7 @@ def sharded(tmp_path: Path) -> Path:
     entries = {}
     for shard, half in enumerate(halves):
         data = tfbundle.data_file(prefix, shard, 2)
-        bertconv.storage.write_raw(data, [tensors[n] for n in half])
+        writing.write_raw(data, [tensors[n] for n in half])
         offset = 0
         for name in half:
             t, size = tensors[name], bertconv.storage.nbytes(tensors[name])
