@@ -14,7 +14,7 @@ _LAZY = {
 
 def _classes() -> list[str]:
     """The model's classes: one per class of the architecture's catalog, under its name."""
-    from .mapping import classes
+    from .catalog import classes
 
     return list(classes())
 

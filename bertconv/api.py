@@ -20,7 +20,8 @@ from .checkpoint import (
 )
 from .convert import FITTING, Conversion, Selection, convert
 from .errors import BertconvError, NotFoundError, UsageError
-from .mapping import OFFICIAL, layout, read_off, recorded_as, refusal
+from .mapping import layout
+from .tables import OFFICIAL, read_off, recorded_as, refusal
 
 # What a conversion may write: any form's files, its config, the tokenizer files.
 WRITTEN = (
@@ -210,7 +211,7 @@ def load(
     (BertForPreTraining, BertForSequenceClassification, ..., BertModel); `heads` narrows it:
     False for the encoder and pooler alone, or a list of the groups to keep. Loading is strict:
     every parameter comes from the file, none is left at an initial value."""
-    from .mapping import canonical
+    from .tables import canonical
 
     src = resolve(source, revision)
     ckpt = read_checkpoint(src.path, canonical(layout), src.weights)

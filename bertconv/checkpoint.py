@@ -15,7 +15,8 @@ from types import SimpleNamespace
 from . import files, formats, storage
 from .config import BertConfig
 from .errors import BertconvError, CheckpointError, NotFoundError
-from .mapping import Identified, identify, read_off
+from .mapping import Identified, identify
+from .tables import read_off
 
 CONFIG_FILES = ("config.json", "bert_config.json")  # transformers', google-research/bert's
 TOKENIZER_FILES = (
@@ -172,6 +173,7 @@ def _unconfigured(
     # No tensor's shape shows the number of heads: one stands in (it divides any hidden size).
     source = f"{directory} (its sizes, read off its tensors' shapes)"
     config = BertConfig.from_dict(sizes | {"num_attention_heads": 1}, source)
+    found = identify(shapes, config)  # placed by its table, now that it can be expanded
     read = [*([index] if index else []), *weights]
     return Checkpoint(directory, config, {}, state_dict, found.layout, metadata, read, found)
 

@@ -30,7 +30,7 @@ app = typer.Typer(
 
 
 def _layout_name(name: str | None) -> str | None:
-    from .mapping import canonical  # torch-free, tomllib only
+    from .tables import canonical  # torch-free, tomllib only
 
     return canonical(name)
 
@@ -117,7 +117,7 @@ def command(function):
 @command
 def layouts() -> None:
     """List the layouts, the parameter-naming schemes bertconv converts between."""
-    from .mapping import describe_layouts
+    from .tables import describe_layouts
 
     rows = describe_layouts()
     width = max(len(name) for name, _ in rows)
@@ -211,7 +211,7 @@ def _check_layout(to: str, source: str) -> None:
     """Read the table now, so that a wrong --to fails before anything is read or fetched: one
     that is not there, or one that bertconv recognises but never converts into."""
     from .convert import check_convertible
-    from .mapping import describe, is_table_file, layout_names
+    from .tables import describe, is_table_file, layout_names
 
     if not is_table_file(to) and to not in layout_names():
         raise UsageError(f"--to {to!r}: no such layout; one of {', '.join(layout_names())}")
@@ -378,7 +378,7 @@ def _check_table_out(out: Path, reads: list) -> None:
     """infer writes a table, and replaces nothing but a table: never a file it reads (the model's
     code, the config), never anything else (`--out mybert.py` for `mybert.toml`)."""
     from .files import is_present
-    from .mapping import read_table
+    from .tables import read_table
 
     for read in reads:
         if read and Path(read).is_file() and out.exists() and os.path.samefile(out, read):

@@ -3,7 +3,6 @@ that commands which only rename tensors never import torch."""
 
 import math
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 from .errors import CheckpointError
 
@@ -38,13 +37,6 @@ SIZES = {
     "num_labels": 1 << 20,
 }
 PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
-
-
-def _unused_architectures():
-    """The model_types there is a catalog of (mappings/architectures/MODEL_TYPE.toml)."""
-    from . import mappings
-
-    return sorted(p.stem for p in (Path(mappings.__file__).parent / "architectures").glob("*.toml"))
 
 
 @dataclass
@@ -94,8 +86,10 @@ class BertConfig:
             for key, want in ONLY_VALUE.items()
             if key in d and d[key] != want
         ]
-        if "model_type" in d and d["model_type"] not in architectures():
-            known = " or ".join(map(repr, architectures()))
+        from .catalog import model_types  # mappings/architectures/MODEL_TYPE.toml
+
+        if "model_type" in d and d["model_type"] not in model_types():
+            known = " or ".join(map(repr, model_types()))
             problems.append(f"model_type={d['model_type']!r} is not supported (only {known})")
         known = {f.name for f in fields(cls)}
         # pad_token_id and classifier_dropout may be null: their defaults then serve.

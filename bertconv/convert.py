@@ -19,7 +19,8 @@ from . import catalog, storage
 from .catalog import ENCODER, relative_names, shapes
 from .config import BertConfig
 from .errors import CheckpointError, UsageError
-from .mapping import OFFICIAL, Table, class_for, identify, layout, refusal
+from .mapping import Table, class_for, identify, layout
+from .tables import OFFICIAL, refusal
 from .transforms import REGISTRY
 
 # How many names an error lists per kind of problem before it says "and N more".

@@ -1,66 +1,32 @@
-"""The mapping tables under mappings/: reading them (each held to one schema), expanding `{layer}`,
-exact name lookups, and which BERT class a file's groups of tensors make.
-
-No tensors here (and no torch): `convert.py` applies what these tables say.
-
-The architecture (mappings/architectures/bert.toml, keyed by config.json's model_type) is the
-catalog: BERT's tensors with their shapes, grouped as the encoder and each head (the pooler
-counts as one), transformers' classes with their groups and outputs, and where each compared
-output is read. Every layout's table (mappings/*.toml, transformers' an ordinary one) has the
-same sections: [encoder], then [groups.NAME], each a row per tensor mapping one of the
-layout's names onto the architecture's; then other names files use ([aliases], [tied],
-`ignored`), the buffers a layout's model expects ([generated]), and a prefix some files put on
-some groups. A layout whose weights cannot carry over into BERT's (BERT-pytorch's:
-pre-LayerNorm blocks) is recognised, never converted: its table says why (`refused`), and its
-rows are shapes, so that a file is identified by its names and its sizes read off its tensors'
-shapes without a config.json.
+"""A layout's table expanded for a config, and what it says of a file or a model: the one
+place that decides which layout tensors are in (`identify`), which class a set of groups makes
+(`class_for`), the names a layout gives an official tensor and back (`Table`). The tables' files
+are tables.py's; what the architecture is, catalog.py's. No tensors here (and no torch):
+`convert.py` applies what these tables say.
 """
 
 import math
-import re
-import tomllib
 from dataclasses import dataclass
 from functools import cache, cached_property
-from pathlib import Path
 from typing import NamedTuple
 
-from . import catalog, mappings
-from .catalog import ENCODER, RELATIVE, config_key, is_dim, sections, shape_problems
-from .config import SIZES, BertConfig
-from .errors import CheckpointError, NotBertError, NotFoundError, TableError, UsageError
-from .transforms import REGISTRY
-
-TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
-
-OFFICIAL = "transformers"
-REFUSED = "refused"  # why a layout recognised only is never converted
-TABLE_LIMIT = 1 << 20  # bytes: a table is a few KB
-LISTED = 12  # rows named in one error
-# The keys a table may have, with the type of each value; the first three it must have.
-KEYS = {
-    "name": str,
-    "description": str,
-    ENCODER: dict,
-    RELATIVE: dict,
-    "groups": dict,
-    "prefix": str,
-    "prefixed": list,
-    "requires": list,  # groups the layout's model cannot do without
-    "format": str,  # the files its checkpoints are: safetensors (default), tensorflow, h5
-    "ignored": list,
-    "slots": list,  # suffixes of an optimizer's slots of a row (`/adam_m`): skipped
-    "aliases": dict,
-    "tied": dict,
-    "generated": dict,
-    "write_tied": bool,  # are [tied] copies written (true: a user's model holds them by name)
-    # A layout recognised but never converted: why its weights cannot carry over. Its rows are
-    # shapes, and map no official tensor.
-    REFUSED: str,
-}
-REQUIRED = ("name", "description", ENCODER)
-MAX_NAME = 1024  # characters in a tensor name
-MAX_GENERATED = 16  # buffers a table makes
-MAX_GENERATED_ELEMENTS = 1 << 22  # elements in all of them: 32 MB of int64
+from . import catalog, tables
+from .catalog import ENCODER, RELATIVE, config_key, sections
+from .config import BertConfig
+from .errors import CheckpointError, NotBertError, TableError, UsageError
+from .tables import (
+    MAX_GENERATED_ELEMENTS,
+    OFFICIAL,
+    canonical,
+    layout_for_format,
+    layout_names,
+    read,
+    read_off,
+    recognised_only,
+    refusal,
+    row_targets,
+    source_of,
+)
 
 
 class Row(NamedTuple):
@@ -182,362 +148,6 @@ class Table:
         return frozenset(g for g, names in found if names <= mapped)
 
 
-# Reading tables ---------------------------------------------------------------------------------
-
-
-def forget() -> None:
-    """Forget every table read, so that the next use reads them again (tables are cached for
-    the life of a process; a test that rewrites the shipped ones needs this)."""
-    for cached in (_read, _layout):
-        cached.cache_clear()
-    catalog.forget()
-
-
-def layout_names() -> list[str]:
-    return sorted(f.stem for f in TABLES.glob("*.toml"))
-
-
-def describe_layouts() -> list[tuple[str, str]]:
-    return [(name, describe(name)) for name in layout_names()]
-
-
-def describe(name: str) -> str:
-    """A layout's description, its table read (and checked) on the way."""
-    return _raw(name)["description"]
-
-
-def is_table_file(name: str) -> bool:
-    """Is `name` a path to a table of the user's (`./mybert.toml`), not a shipped layout?"""
-    return name.endswith(".toml") or "/" in name
-
-
-def canonical(name: str | None) -> str | None:
-    """A layout's name as bertconv knows it: a path to one of the shipped tables
-    (`mappings/transformers.toml`) is that layout, by name."""
-    if name is None or not is_table_file(name):
-        return name
-    try:
-        path = Path(name).expanduser().resolve()
-    except (OSError, RuntimeError):
-        return name
-    shipped = path.parent == TABLES.resolve() and path.suffix == ".toml"
-    return path.stem if shipped and path.stem in layout_names() else name
-
-
-def _raw(name: str, model_type: str = "bert") -> dict:
-    return _read(_source(name), model_type)
-
-
-def _source(name: str) -> str | tuple[str, int, int]:
-    """What identifies a table: a shipped one by its name; a file by its path and its state on
-    disk, so that a table edited between two calls is read again."""
-    name = canonical(name)
-    if not is_table_file(name):
-        if name not in layout_names():
-            raise UsageError(
-                f"no layout {name!r}; known layouts: {', '.join(layout_names())} "
-                "(`bertconv layouts` describes them), or a path to a table file (.toml)"
-            )
-        return name
-    path = Path(name).expanduser()
-    try:
-        state = path.stat()
-    except OSError:
-        raise NotFoundError(f"{name}: no such table file") from None
-    return str(path.resolve()), state.st_mtime_ns, state.st_size
-
-
-@cache
-def _read(source: str | tuple[str, int, int], model_type: str = "bert") -> dict:
-    """A table, by what identifies it. Shipped names are looked up, never joined into a path
-    from a file's contents."""
-    path = TABLES / f"{source}.toml" if isinstance(source, str) else Path(source[0])
-    return read_table(path, model_type)
-
-
-def _form_names() -> list[str]:
-    from .formats import FORMATS  # the forms checkpoints come in, one home
-
-    return list(dict.fromkeys(f.name for f in FORMATS))
-
-
-def layout_for_format(form: str) -> str | None:
-    """The shipped layout whose checkpoints come in files of `form` (tensorflow: google-tf), where
-    one table says so: files of that form are always in it (they have no metadata to say)."""
-    if form == "safetensors":  # every other table's, by default: the file records its layout
-        return None
-    return next((n for n in layout_names() if _raw(n).get("format") == form), None)
-
-
-def recorded_as(name: str) -> str:
-    """How a file written in layout `name` records it: a shipped name as it is; a table file as
-    `file:NAME.toml`, which is never taken from a file again (the user names it with --from)."""
-    return f"file:{Path(name).name}" if is_table_file(name) else name
-
-
-def read_table(path: Path, model_type: str = "bert") -> dict:
-    """Parse a table and hold it to the schema: errors name the file, the row and its line."""
-    from .files import open_regular
-
-    with open_regular(path) as f:
-        raw = f.read(TABLE_LIMIT + 1)
-    if len(raw) > TABLE_LIMIT:
-        raise TableError(f"{path}: larger than {TABLE_LIMIT >> 10} KB; not a mapping table")
-    try:
-        text = raw.decode("utf-8")
-        table = tomllib.loads(text)
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
-        raise TableError(f"{path}: not a TOML table ({e or type(e).__name__})") from None
-    problems = _schema_problems(table) or _content_problems(table, model_type)
-    if problems:
-        lines = [f"  {_line(text, key)}: {problem}" for key, problem in problems[:LISTED]]
-        raise TableError(f"{path}: not a valid mapping table:\n" + "\n".join(lines))
-    return table
-
-
-def _line(text: str, key: str) -> str:
-    """Where a row is written, for messages: `line N (row)`, or the row alone if not found."""
-    for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if stripped.startswith((f'"{key}"', f"{key} ", f"{key}=", f"[{key}]")):
-            return f"line {number} ({key})"
-    return key
-
-
-def _schema_problems(table: dict) -> list[tuple[str, str]]:
-    """(key, problem) for unknown keys, missing ones, and values of the wrong type."""
-    problems = [(k, f"unknown key; one of {', '.join(KEYS)}") for k in table if k not in KEYS]
-    for key, kind in KEYS.items():
-        if key in table and not isinstance(table[key], kind):
-            problems.append((key, f"should be a {'table' if kind is dict else kind.__name__}"))
-        elif key not in table and key in REQUIRED:
-            problems.append((key, "missing"))
-    for group, rows in table.get("groups", {}).items():
-        if not isinstance(rows, dict):
-            problems.append((f"groups.{group}", "should be a table of rows"))
-    return problems
-
-
-def _content_problems(table: dict, model_type: str) -> list[tuple[str, str]]:
-    if REFUSED in table:  # rows that describe tensors, mapping none onto another
-        problems = shape_problems(table, "a recognised-only layout's") + _refused_problems(
-            table, model_type
-        )
-    else:
-        problems = _row_problems(table, model_type) + _generated_problems(
-            table.get("generated", {})
-        )
-    names = {name for _, rows in sections(table) for name in rows}
-    problems += _other_name_problems(table, names) + _name_problems(table)
-    forms = _form_names()
-    if table.get("format", "safetensors") not in forms:
-        problems.append(("format", f"one of {', '.join(forms)}"))
-    if not all(isinstance(x, str) and x for x in table.get("slots", [])):
-        problems.append(("slots", "a list of name suffixes"))
-    groups = {ENCODER, RELATIVE, *table.get("groups", {})}
-    for key in ("prefixed", "requires"):
-        if not all(isinstance(g, str) and g in groups for g in table.get(key, [])):
-            problems.append((key, f"a list of this table's groups ({', '.join(sorted(groups))})"))
-    return problems
-
-
-def _name_problems(table: dict) -> list[tuple[str, str]]:
-    """Every tensor name a table gives is one a file can hold and a terminal can show:
-    non-empty, printable, not safetensors' own `__metadata__`."""
-    names = [n for _, rows in sections(table) for n in rows]
-    names += [*table.get("aliases", {}), *table.get("tied", {}), *table.get("generated", {})]
-    names += [n for n in table.get("ignored", []) if isinstance(n, str)]
-    return [(name, why) for name in names if (why := _bad_name(name))]
-
-
-def _bad_name(name: str) -> str | None:
-    if not name:
-        return "an empty tensor name"
-    if name == "__metadata__":
-        return "__metadata__ is safetensors' own key, not a tensor name"
-    if len(name) > MAX_NAME:
-        return f"a tensor name of more than {MAX_NAME} characters"
-    if not name.isprintable():
-        return f"{name!r} holds characters that are not printable"
-    return None
-
-
-def _refused_problems(table: dict, model_type: str) -> list[tuple[str, str]]:
-    """A layout recognised only says why it is never converted, and names its groups as the
-    official table does (its rows are the tensors of those heads in that layout)."""
-    problems = [
-        (f"groups.{group}", f"no such group; one of {', '.join(known)}")
-        for group in table.get("groups", {})
-        if group not in (known := catalog.group_names(model_type))
-    ]
-    if not table[REFUSED].strip():
-        problems.append((REFUSED, "says nothing: why the layout's weights cannot carry over"))
-    return problems
-
-
-def _other_name_problems(table: dict, names: set[str]) -> list[tuple[str, str]]:
-    """Aliases and tied copies name a row of the table; ignored names are names."""
-    problems = []
-    for section in ("aliases", "tied"):
-        for name, target in table.get(section, {}).items():
-            if not isinstance(target, str) or target not in names:
-                problems.append((name, f"{target!r} is not a row of this table"))
-            elif ("{layer}" in name) != ("{layer}" in target):
-                problems.append((name, "{layer} must appear on both sides of a row, or neither"))
-    if not all(isinstance(n, str) for n in table.get("ignored", [])):
-        problems.append(("ignored", "a list of tensor names"))
-    return problems
-
-
-def _row_problems(table: dict, model_type: str) -> list[tuple[str, str]]:
-    """Each row maps one of the layout's names onto official names of its own section: known
-    ones, with `{layer}` on both sides or neither, through a known transform, each official
-    name claimed once; every encoder tensor claimed, and each group whole or not at all."""
-    official = catalog.tensors(model_type)
-    problems, claimed = [], {}
-    for group, rows in sections(table):
-        if group not in official:
-            problems.append((f"groups.{group}", f"no such group; one of {', '.join(official)}"))
-            continue
-        for name, spec in rows.items():
-            problem = _row_problem(name, spec, official[group], claimed)
-            if problem:
-                problems.append((name, problem))
-    if problems:
-        return problems
-    for group, shapes in official.items():
-        missing = [n for n in shapes if n not in claimed]
-        if missing and (group == ENCODER or len(missing) < len(shapes)):  # [relative]: optional
-            problems.append((group, f"no row for {', '.join(missing[:5])} (a group comes whole)"))
-    return problems
-
-
-def _row_problem(name: str, spec, shapes: dict, claimed: dict) -> str | None:
-    targets, transform, problem = _row_targets(spec)
-    for target in targets:
-        if target not in shapes:
-            return problem or f"{target!r} is not an official tensor of this section"
-        if ("{layer}" in target) != ("{layer}" in name):
-            return "{layer} must appear on both sides of a row, or neither"
-    if problem:
-        return problem
-    dims = [shapes[t] for t in targets]
-    if any(len(d) not in REGISTRY[transform].ranks for d in dims):
-        return f"{transform} applies to tensors of rank {REGISTRY[transform].ranks}"
-    if any(d[1:] != dims[0][1:] for d in dims):
-        return f"{transform}: the tensors do not stack (their shapes differ past the first)"
-    for target in targets:
-        if target in claimed:
-            return f"{target!r} is claimed by {claimed[target]!r} too"
-        claimed[target] = name
-    return None
-
-
-def _row_targets(spec) -> tuple[list[str], str, str | None]:
-    """The official names a row's value names, its transform, and what is wrong with its form."""
-    if isinstance(spec, str):
-        return [spec], "rename", None
-    if isinstance(spec, dict) and len(spec) == 1:
-        ((transform, target),) = spec.items()
-        if transform not in REGISTRY:
-            return [], "", f"unknown transform {transform!r}; one of {', '.join(REGISTRY)}"
-        fuses = REGISTRY[transform].fuses
-        targets = target if fuses else [target]
-        if (
-            isinstance(targets, list)
-            and len(targets) >= (2 if fuses else 1)
-            and all(isinstance(t, str) for t in targets)
-        ):
-            return targets, transform, None
-        what = "a list of official names" if fuses else "an official name"
-        return [], "", f"{transform} takes {what}"
-    return [], "", 'a row is "official name" or { transform = "official name" or [names] }'
-
-
-def _generated_problems(generated: dict) -> list[tuple[str, str]]:
-    if len(generated) > MAX_GENERATED:
-        return [("generated", f"more than {MAX_GENERATED} buffers; a model keeps one or two")]
-    return [
-        (name, "a generated buffer is { arange = SIZE, shape = [SIZES] }")
-        for name, spec in generated.items()
-        if not isinstance(spec, dict)
-        or set(spec) != {"arange", "shape"}
-        or not is_dim(spec["arange"])
-        or not isinstance(spec["shape"], list)
-        or not all(is_dim(d) for d in spec["shape"])
-    ]
-
-
-# Layouts recognised, never converted ------------------------------------------------------------
-
-LAYER_INDEX = "(0|[1-9][0-9]{0,5})"  # `{layer}` in a file's name, written as _expand writes it
-
-
-def refusal(name: str) -> str:
-    """Why the weights of layout `name` cannot carry over into BERT's, or BERT's into it, where
-    bertconv recognises the layout but never converts it; "" for the layouts it converts."""
-    return _raw(name).get(REFUSED, "")
-
-
-def recognised_only(shapes: dict[str, tuple[int, ...]]) -> str | None:
-    """The shipped layout, of those recognised but never converted, whose rows name most (over
-    half) of a file's tensors, if there is one. `shapes`: the file's tensors' shapes, by name."""
-    for name in layout_names():
-        if refusal(name) and 2 * len(read_off(name, shapes)[0]) > len(shapes):
-            return name
-    return None
-
-
-def read_off(name: str, shapes: dict[str, tuple[int, ...]]) -> tuple[list[str], dict[str, int]]:
-    """The file's tensors that rows of table `name` name, and the config.json sizes their shapes
-    show (each as the first tensor to show it does; num_hidden_layers: one more than the highest
-    layer index named). Only for a table whose rows are shapes (a layout recognised only)."""
-    matchers, placed, sizes, layers = _matchers(name), [], {}, 0
-    for tensor, shape in shapes.items():
-        found = _matched(tensor, matchers)
-        if found is None:
-            continue
-        match, dims = found
-        placed.append(tensor)
-        if match.re.groups:
-            layers = max(layers, int(match[1]) + 1)
-        if dims is not None and len(shape) == len(dims):  # a size shown earlier stays
-            sizes = {d: s for d, s in zip(dims, shape, strict=True) if d in SIZES} | sizes
-    if layers:
-        sizes["num_hidden_layers"] = layers
-    return placed, sizes
-
-
-def _matched(tensor: str, matchers: list) -> tuple[re.Match, list | None] | None:
-    """The match of the row that names `tensor`, and the row's shape."""
-    for regex, dims in matchers:
-        if match := regex.fullmatch(tensor):
-            return match, dims
-    return None
-
-
-def _matchers(name: str) -> list[tuple[re.Pattern, list | None]]:
-    """Each row of table `name` as a regular expression (`{layer}` any index; the prefix
-    optional where the row's group is prefixed), with the row's shape; then each name it
-    ignores (a buffer: no shape to read sizes off)."""
-    raw = _raw(name)
-    prefix = f"(?:{re.escape(raw['prefix'])})?" if raw.get("prefix") else ""
-    prefixed = set(raw.get("prefixed", []))
-    rows = [(pattern, dims, group in prefixed) for group, rows in sections(raw)
-            for pattern, dims in rows.items()]  # fmt: skip
-    rows += [(pattern, None, True) for pattern in raw.get("ignored", [])]
-    return [
-        (
-            re.compile(
-                (prefix if is_prefixed else "")
-                + LAYER_INDEX.join(re.escape(part) for part in pattern.split("{layer}"))
-            ),
-            dims,
-        )
-        for pattern, dims, is_prefixed in rows
-    ]
-
-
 # Which layout a file or a model is ------------------------------------------------------------
 
 
@@ -584,33 +194,33 @@ def identify(
                 "--from (a shipped name, or the path to the table file it was written with)."
             )
         return _placing(recorded, "recorded in its metadata", shapes, config)
-    if guess:
-        return _by_names(shapes, config)
-    return _by_names(shapes, None, official=config is not None)
+    return _by_names(shapes, config, guess)
 
 
 def _placing(name: str, how: str, shapes: dict, config: BertConfig | None) -> Identified:
-    if refusal(name) or config is None:
+    """Layout `name`, and the names of `shapes` it places (a recognised-only layout's rows alone
+    where there is no config to expand it for)."""
+    if config is None:
         return Identified(name, how, frozenset(read_off(name, shapes)[0]))
     table = layout(name, config)
     return Identified(name, how, frozenset(n for n in shapes if table.place(n)))
 
 
-def _by_names(shapes: dict, config: BertConfig | None, official: bool = False) -> Identified:
-    """A layout recognised only that names over half of a file's tensors; else, where `config`
-    is given, the shipped layout placing the most (the official one where none places more);
-    else the official layout (`official`) or none."""
-    found = [_placing(n, "by its names", shapes, None) for n in layout_names() if refusal(n)]
-    found = [f for f in found if 2 * len(f.placed) > len(shapes)]
-    if not found and config is not None:
-        names = sorted(layout_names(), key=lambda n: n != OFFICIAL)
-        found = [_placing(n, "by its names", shapes, config) for n in names if not refusal(n)]
-        found = [f for f in found if f.placed]
-    if found:
-        return max(found, key=lambda f: len(f.placed))  # the first of equals: official first
-    if official:
+def _by_names(shapes: dict, config: BertConfig | None, guess: bool) -> Identified:
+    """A layout recognised only that names over half of a file's tensors; else (`guess`) the
+    shipped layout placing the most (the official one where none places more), or the official
+    layout, where a config says what it holds."""
+    refused = recognised_only(shapes)
+    if refused is not None:
+        return _placing(refused, "by its names", shapes, config)
+    if config is None:
+        return Identified(None, "no shipped table names its tensors")
+    if not guess:
         return Identified(OFFICIAL, "the official layout: no other is recorded or named")
-    return Identified(None, "no shipped table names its tensors")
+    names = sorted(layout_names(), key=lambda n: n != OFFICIAL)
+    found = [_placing(n, "by its names", shapes, config) for n in names if not refusal(n)]
+    best = max(found, key=lambda f: len(f.placed))  # the first of equals: official first
+    return best if best.placed else Identified(None, "no shipped table names its tensors")
 
 
 def _identify_model(
@@ -633,11 +243,9 @@ def _identify_model(
                 f"{sorted(written - names - buffers)[:8]}, which the model lacks. Check the table "
                 "(`bertconv infer` writes one for your model)."
             )
-    found = _by_names(shapes, None)
-    if found.layout is not None:  # BERT-pytorch's names: a model bertconv knows is not BERT
-        raise NotBertError(
-            f"--model {spec!r}: is in the {found.layout!r} layout.\n{refusal(found.layout)}"
-        )
+    refused = recognised_only(shapes)
+    if refused is not None:  # BERT-pytorch's names: a model bertconv knows is not BERT
+        raise NotBertError(f"--model {spec!r}: is in the {refused!r} layout.\n{refusal(refused)}")
     raise UsageError(
         f"--model {spec!r}: no shipped layout names its tensors; give its table with --layout "
         "(`bertconv infer` writes one)"
@@ -671,6 +279,13 @@ def class_for(groups: set[str] | frozenset[str], model_type: str = "bert") -> st
     return found
 
 
+def forget() -> None:
+    """Forget every table and catalog read (cached for the life of a process; a test that
+    rewrites the shipped ones needs this)."""
+    _layout.cache_clear()
+    tables.forget()
+
+
 # Tables expanded for a config -------------------------------------------------------------------
 
 
@@ -678,14 +293,14 @@ def layout(name: str, config: BertConfig) -> Table:
     """The table called `name` (or in the file `name`), expanded for `config`'s number of
     layers."""
     name = canonical(name)
-    return _layout(name, _source(name), config_key(config))
+    return _layout(name, source_of(name), config_key(config))
 
 
 @cache
 def _layout(name: str, source, config_key: tuple) -> Table:
-    where = TABLES / f"{source}.toml" if isinstance(source, str) else source[0]
+    where = tables.TABLES / f"{source}.toml" if isinstance(source, str) else source[0]
     config = BertConfig(**dict(config_key))
-    return expand(_read(source, config.model_type), name, config, str(where))
+    return expand(read(source, config.model_type), name, config, str(where))
 
 
 def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -> Table:
@@ -761,7 +376,7 @@ def _generated(raw: dict, config: BertConfig, table: str, rows: set) -> dict[str
 def _row(name: str, spec, index: int, group: str) -> Row:
     if isinstance(spec, list):  # a shape: a layout recognised only holds no official tensor
         return Row(name, (), "rename", group)
-    targets, transform, _ = _row_targets(spec)
+    targets, transform, _ = row_targets(spec)
     return Row(name, tuple(t.replace("{layer}", str(index)) for t in targets), transform, group)
 
 

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 
 import bertconv
-from bertconv import cli, mapping, tfbundle
+from bertconv import cli, mapping, tables, tfbundle
 from bertconv.errors import BertconvError, TableError
 from hostile import CANARY, malicious_payloads, split_safetensors
 
@@ -424,8 +424,8 @@ def table_campaign(examples: int, seed: int | None, tally: Tally) -> None:
 
     config = BertConfig(**TINY)
     official = random_official()
-    texts = {name: (mapping.TABLES / f"{name}.toml").read_text() for name in mapping.layout_names()}
-    original = mapping.TABLES
+    texts = {name: (tables.TABLES / f"{name}.toml").read_text() for name in tables.layout_names()}
+    original = tables.TABLES
 
     @settings(
         max_examples=examples,
@@ -440,7 +440,7 @@ def table_campaign(examples: int, seed: int | None, tally: Tally) -> None:
         with tempfile.TemporaryDirectory() as tables:
             for other, text in texts.items():
                 Path(tables, f"{other}.toml").write_text(mutated if other == name else text)
-            mapping.TABLES = Path(tables)
+            tables.TABLES = Path(tables)
             _clear_caches()
             tally.tried += 1
             try:
@@ -462,7 +462,7 @@ def table_campaign(examples: int, seed: int | None, tally: Tally) -> None:
                 tally.crashes.append(f"table {name}: {type(e).__name__}: {e}")
                 raise AssertionError(f"{type(e).__name__}: {e}") from e
             finally:
-                mapping.TABLES = original
+                tables.TABLES = original
                 _clear_caches()
             tally.clean += 1
 

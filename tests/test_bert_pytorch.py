@@ -17,10 +17,11 @@ import bertconv
 import seed_models
 from bertconv import storage
 from bertconv.api import Source, convert_checkpoint, fetch
+from bertconv.catalog import shapes
 from bertconv.config import BertConfig
 from bertconv.convert import convert
 from bertconv.errors import CheckpointError, NotFoundError, TableError, UsageError
-from bertconv.mapping import TABLES, read_off, read_table, refusal, shapes
+from bertconv.tables import TABLES, read_off, read_table, refusal
 from conftest import SEED, TINY
 from fuzz import ADVICE
 

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 import bertconv
 from bertconv.errors import BertconvError
-from bertconv.mapping import TABLES
+from bertconv.tables import TABLES
 from hostile import (
     CANARY,
     RAW_HEADERS,

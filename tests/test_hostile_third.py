@@ -14,7 +14,7 @@ from test_hostile import refused, snapshot
 
 import bertconv
 from bertconv import files
-from bertconv.mapping import TABLES
+from bertconv.tables import TABLES
 from hostile import copy_checkpoint
 
 ZOO = Path(__file__).parent / "zoo"

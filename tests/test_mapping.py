@@ -8,26 +8,16 @@ import torch
 import bertconv.model
 import seed_models
 from bertconv import storage
+from bertconv.catalog import classes, group_names, shapes
 from bertconv.config import BertConfig
 from bertconv.convert import convert, official_parts, read_official, write_layout
 from bertconv.errors import CheckpointError, TableError, UsageError
-from bertconv.mapping import (
-    TABLES,
-    Row,
-    Table,
-    class_for,
-    classes,
-    group_names,
-    layout,
-    layout_names,
-    read_table,
-    refusal,
-    shapes,
-)
+from bertconv.mapping import Row, Table, class_for, layout
+from bertconv.tables import TABLES, layout_names, read_table, refusal
 from conftest import TINY
 
 CONFIG = BertConfig(**TINY)
-CLASSES = list(classes())
+CLASSES = list(classes("bert"))
 
 
 def random_official(groups=("pooler", "mlm", "nsp")) -> dict[str, storage.Tensor]:
@@ -38,7 +28,7 @@ def random_official(groups=("pooler", "mlm", "nsp")) -> dict[str, storage.Tensor
 
 def class_groups(name: str, pooler: bool | None = None) -> list[str]:
     """A class's groups, with its pooler (or, where asked, with one it does not need)."""
-    wanted = list(classes()[name])
+    wanted = list(classes("bert")[name])
     return wanted + ["pooler"] if pooler and "pooler" not in wanted else wanted
 
 
@@ -79,11 +69,13 @@ def test_the_shipped_layouts():
         "transformers-tf",
     ]
     assert layout("minbert", CONFIG).groups == {"pooler"}
-    assert layout("bertconv", CONFIG).groups == set(group_names())
+    assert layout("bertconv", CONFIG).groups == set(group_names("bert"))
 
 
 # transformers' classes as transformers builds them; BertModel with its pooler or without.
-AS_TRANSFORMERS_BUILDS = [(n, "pooler" in classes()[n]) for n in CLASSES] + [("BertModel", True)]
+AS_TRANSFORMERS_BUILDS = [(n, "pooler" in classes("bert")[n]) for n in CLASSES] + [
+    ("BertModel", True)
+]
 
 
 @pytest.mark.parametrize("name, pooler", AS_TRANSFORMERS_BUILDS)
@@ -94,7 +86,7 @@ def test_the_official_table_writes_what_each_transformers_class_writes(name, poo
 
 # Every class with its pooler, and without it where the class does not read the pooled output.
 WITH_AND_WITHOUT_POOLER = [(n, True) for n in CLASSES] + [
-    (n, False) for n in CLASSES if "pooler" not in classes()[n]
+    (n, False) for n in CLASSES if "pooler" not in classes("bert")[n]
 ]
 
 

@@ -12,9 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bertconv import storage
+from bertconv.catalog import classes, shapes
 from bertconv.config import BertConfig
 from bertconv.convert import convert
-from bertconv.mapping import OFFICIAL, classes, layout, layout_names, shapes
+from bertconv.mapping import layout
+from bertconv.tables import OFFICIAL, layout_names
 from bertconv.transforms import REGISTRY
 from conftest import TINY
 
@@ -40,7 +42,7 @@ def holds(name: str, groups: list[str]) -> bool:
 
 PAIRS = [
     (cls, a, b)
-    for cls, groups in classes().items()
+    for cls, groups in classes("bert").items()
     for a, b in itertools.product(layout_names(), repeat=2)
     if holds(a, groups + ["pooler"]) and holds(b, groups + ["pooler"])
 ]
@@ -48,7 +50,11 @@ PAIRS = [
 
 @pytest.mark.parametrize("cls, a, b", PAIRS)
 def test_official_through_every_pair_of_shipped_tables_is_bit_identical(cls, a, b):
-    groups = [*classes()[cls], "pooler"] if "pooler" not in classes()[cls] else classes()[cls]
+    groups = (
+        [*classes("bert")[cls], "pooler"]
+        if "pooler" not in classes("bert")[cls]
+        else classes("bert")[cls]
+    )
     official = random_tensors(CONFIG, groups)
     there = convert(official, CONFIG, OFFICIAL, a).state_dict
     between = convert(there, CONFIG, a, b).state_dict

@@ -11,7 +11,7 @@ import pytest
 from safetensors.torch import load_file
 
 import bertconv
-from bertconv.mapping import TABLES, read_table
+from bertconv.tables import TABLES, read_table
 from bertconv.verify import FLOAT32_MAX_ABS, verify
 from bertconv.yours import harness as usermodel
 from bertconv.yours.infer import infer
