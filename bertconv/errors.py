@@ -1,6 +1,6 @@
-"""bertconv's exceptions. Each carries the exit code the command line gives it (README: Exit codes);
-the library raises them and never prints. Every failure of `load`, `convert`, `fetch` and
-`verify` that a file or a user can cause is one of these."""
+"""bertconv's exceptions. Each carries the exit code the command line gives it (docs/exit-codes.md),
+named where the class is declared; the library raises them and never prints. Every failure of
+`load`, `convert`, `fetch` and `verify` that a file or a user can cause is one of these."""
 
 
 class BertconvError(Exception):
@@ -8,17 +8,18 @@ class BertconvError(Exception):
 
     exit_code = 1
 
+    def __init_subclass__(cls, exit_code: int | None = None, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if exit_code is not None:
+            cls.exit_code = exit_code
+
 
 class NotBertError(BertconvError):
     """A user's model that no table makes compute what BERT computes (bertconv infer)."""
 
-    exit_code = 1
 
-
-class UsageError(BertconvError):
+class UsageError(BertconvError, exit_code=2):
     """The command was asked for something it cannot do (an unknown layout, say)."""
-
-    exit_code = 2
 
 
 class UserCodeError(UsageError):
@@ -30,45 +31,33 @@ class TableError(UsageError):
     """A mapping table that does not follow the tables' schema; the message names the row."""
 
 
-class NotFoundError(BertconvError):
+class NotFoundError(BertconvError, exit_code=3):
     """No such directory, file, Hub repository or revision."""
 
-    exit_code = 3
 
-
-class CheckpointError(BertconvError):
+class CheckpointError(BertconvError, exit_code=4):
     """The checkpoint's tensors or config do not fit the model: missing, unexpected, wrong shape,
     unsupported settings, unreadable or malformed files."""
 
-    exit_code = 4
 
-
-class HubError(BertconvError):
+class HubError(BertconvError, exit_code=5):
     """The Hugging Face Hub could not be reached or refused the download."""
 
-    exit_code = 5
 
-
-class MissingDependencyError(BertconvError):
+class MissingDependencyError(BertconvError, exit_code=6):
     """An optional extra is needed for this command."""
 
-    exit_code = 6
 
-
-class OutputError(BertconvError):
+class OutputError(BertconvError, exit_code=7):
     """The output could not be written (disk full, no permission); nothing was left half-written."""
-
-    exit_code = 7
 
 
 class IntegrityError(HubError):
     """A downloaded or cached file does not match the ETag the Hub gave for it."""
 
 
-class AuthError(HubError):
+class AuthError(HubError, exit_code=8):
     """The repository is gated or private, and the request carried no token it accepts."""
-
-    exit_code = 8
 
 
 class Interrupted(BertconvError):
