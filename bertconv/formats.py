@@ -1,7 +1,8 @@
 """The forms checkpoints come in, in the order they are preferred where a directory (or a Hub
 repository) holds several. Each says how its files are found in a directory, what `fetch`
-downloads of a repository, how one of its files is read, how it is written (or that it is read
-only), and the layout its files are always in (where they are not in one a file records).
+downloads of a repository, how one of its files is read, and how it is written (or that it is
+read only) with the config file beside it. Which layout the tensors are in is the tables' to say
+(mapping.py), not the format's.
 
     safetensors    model.safetensors                       read and written (storage.py, writing.py)
     safetensors    model.safetensors.index.json + shards   read
