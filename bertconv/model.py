@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .catalog import classes, has_pooler
 from .config import ACTIVATIONS, BertConfig
-from .mapping import classes, has_pooler
 
 
 def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
