@@ -26,12 +26,12 @@ from .mapping import (
     classes,
     layout,
     layout_names,
-    outputs,
     recognised_only,
     refusal,
     shapes,
 )
 from .model import BertModel
+from .outputs import POOLER, Output, compared, heads
 from .yours.diagnose import Diagnosis
 
 FLOAT32_MAX_ABS = 1e-5
@@ -281,7 +281,9 @@ def verify(
     nonfinite = storage.nonfinite(ckpt.state_dict)
     if model is None:
         conversion = convert_read(ckpt, "bertconv")
-        ours = Ours(build(conversion, ckpt.config), outputs(conversion.model_class))
+        ours = Ours(
+            build(conversion, ckpt.config), heads(conversion.model_class, ckpt.config.model_type)
+        )
         name = conversion.model_class
     else:
         ours = Yours(ckpt, model, model_layout)
@@ -293,20 +295,19 @@ def verify(
     with _no_tf32():
         theirs = Ours(reference, ours.heads)
         expected = theirs.run(batches.values(), dev, torch.float32)
+        low = None if dtype == "float32" else theirs.run(batches.values(), dev, DTYPES[dtype])
+        got = ours.run(batches.values(), dev, DTYPES[dtype])
         # Every output both models have: a user's model may have no pooler.
-        if dtype == "float32":
-            got = ours.run(batches.values(), dev, torch.float32)
-            report.rows = [
-                _row(k, got[k], expected[k], FLOAT32_MAX_ABS) for k in expected if k in got
-            ]
-        else:
-            low = theirs.run(batches.values(), dev, DTYPES[dtype])
-            got = ours.run(batches.values(), dev, DTYPES[dtype])
-            for k in (k for k in expected if k in got):
+        both = [k for k in expected if k in got]
+        for k in both:
+            if low is None:
+                report.rows.append(_row(k, got[k], expected[k], FLOAT32_MAX_ABS))
+            else:
                 own = (low[k] - expected[k]).abs().max().item()
                 report.rows.append(_row(k, got[k], expected[k], LOW_PRECISION_FACTOR * own, own))
     report.notes = ours.notes
-    failing = next((r.name for r in report.rows if not r.passed), None)
+    rows = zip(both, report.rows, strict=True)
+    failing = next((output for output, row in rows if not row.passed), None)
     if failing and dtype == "float32" and not report.nonfinite:
         report.diagnosis = ours.diagnose(failing, batches.values(), ckpt)
     return report
@@ -322,22 +323,22 @@ class Ours:
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return batch
 
-    def run(self, batches, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    def run(self, batches, device: torch.device, dtype: torch.dtype) -> dict[Output, torch.Tensor]:
         """The compared outputs over all batches, in float32 on the CPU."""
         self.model.to(device=device, dtype=dtype)
         per_batch = [self.outputs({k: v.to(device) for k, v in b.items()}) for b in batches]
         return {k: torch.cat([p[k] for p in per_batch]) for k in per_batch[0]}
 
-    def outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return _outputs(self.model, batch, self.heads)
+    def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
+        return compared(self.model, batch, self.heads)
 
-    def diagnose(self, row: str, batches, ckpt: Checkpoint) -> Diagnosis | None:
+    def diagnose(self, row: Output, batches, ckpt: Checkpoint) -> Diagnosis | None:
         """bertconv's own model, taken apart like a user's: traced, read through its table."""
         from .yours.harness import Harness, Plan
 
         plan = Plan({n: n for n in ("input_ids", "attention_mask", "token_type_ids")})
         harness = Harness(self.model, "bertconv", plan)
-        return _diagnosis(harness, layout("bertconv", ckpt.config), row, batches, ckpt)
+        return _diagnosis(harness, layout("bertconv", ckpt.config), row, batches, self.model)
 
 
 class Yours(Ours):
@@ -346,15 +347,11 @@ class Yours(Ours):
     hidden state and head read from a trace of its forward."""
 
     def __init__(self, ckpt: Checkpoint, spec: str, table_name: str | None):
-        from .yours import harness as user
+        from .yours.harness import load, load_weights
         from .yours.reading import anchors
 
-        config = user.config_object(ckpt.config_dict, ckpt.config)
-        model = user.construct(user.import_factory(spec), spec, config)
-        self.harness = user.Harness(
-            model, spec, user.plan(model, spec), config.pad_token_id, config.vocab_size
-        )
-        user.materialise(model, self.harness, random_batch(ckpt.config))
+        self.harness = load(spec, ckpt.config_dict, ckpt.config, random_batch(ckpt.config))
+        model = self.harness.model
         reading = read_official(
             ckpt.state_dict,
             ckpt.config,
@@ -364,20 +361,24 @@ class Yours(Ours):
         )
         table, groups = _table_for(model, ckpt.config, table_name, spec)
         self.table = table
-        kept = groups & reading.groups
+        kept, self.reading = groups & reading.groups, reading
         self.conversion = convert_reading(
             reading, ckpt.config, table, Selection("exactly", kept), str(ckpt.path)
         )
         absent = _names_of(table, ckpt.config, groups - kept)
         absent -= _names_of(table, ckpt.config, kept)
-        user.load_weights(model, spec, self._tensors(), absent)
+        load_weights(model, spec, self._tensors(), absent)
         self.notes = _not_compared(table, ckpt.config, groups - kept, kept)
-        self.anchors = anchors(table, ckpt.config.num_hidden_layers, set(self.conversion.groups))
-        self.heads = outputs(self.conversion.model_class)
+        self.anchors = anchors(table, ckpt.config, set(self.conversion.groups))
+        self.heads = heads(self.conversion.model_class, ckpt.config.model_type)
         self.model = model
 
-    def diagnose(self, row: str, batches, ckpt: Checkpoint) -> Diagnosis | None:
-        return _diagnosis(self.harness, self.table, row, batches, ckpt)
+    def diagnose(self, row: Output, batches, ckpt: Checkpoint) -> Diagnosis | None:
+        """Each step recomputed by bertconv's model, holding the checkpoint's weights as read."""
+        table = layout("bertconv", ckpt.config)
+        chosen = Selection("exactly", self.reading.groups)
+        bertconv = convert_reading(self.reading, ckpt.config, table, chosen, str(ckpt.path))
+        return _diagnosis(self.harness, self.table, row, batches, build(bertconv, ckpt.config))
 
     def _tensors(self) -> dict[str, torch.Tensor]:
         maps = {}
@@ -386,7 +387,7 @@ class Yours(Ours):
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.harness.prepare(batch)
 
-    def outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
         from .yours.reading import outputs_of
 
         run = self.harness.run(batch)
@@ -395,9 +396,9 @@ class Yours(Ours):
             self._never_used(label)
         return {k: v.float().cpu() for k, v in named.items()}
 
-    def _never_used(self, label: str) -> None:
+    def _never_used(self, label: Output) -> None:
         names = ", ".join(sorted(self.anchors[label]))
-        if label == "embeddings" or label.startswith("layer "):
+        if label.hidden:
             raise CheckpointError(
                 f"--model {self.harness.spec!r}: its forward never uses {names}, which the "
                 f"table says hold the {label}'s output LayerNorm: the table is not this model's"
@@ -407,25 +408,23 @@ class Yours(Ours):
             self.notes.append(note)
 
 
-def _diagnosis(harness, table, row: str, batches, ckpt: Checkpoint) -> Diagnosis | None:
+def _diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnosis | None:
     """Where and why `row` differs, on the batch that shows a step differing (random ids, padded
-    and of both token types, first); in float32 on the CPU."""
+    and of both token types, first), each step recomputed by `bert` (bertconv's model holding
+    the checkpoint's weights); in float32 on the CPU."""
     from .yours.diagnose import diagnose
     from .yours.reading import anchors, read
 
-    reading = read_official(
-        ckpt.state_dict, ckpt.config, layout(ckpt.layout, ckpt.config), str(ckpt.path)
-    )
-    weights = {n: storage.to_torch(t).float() for n, t in reading.official.items()}
     harness.model.to("cpu", torch.float32)
-    found_anchors = anchors(table, ckpt.config.num_hidden_layers, {"pooler"})
+    bert.to("cpu", torch.float32)
+    found_anchors = anchors(table, bert.config, {"pooler"})
     found = None
     for batch in reversed(list(batches)):
         if batch["input_ids"].dim() != 2:  # multiple choice: not taken apart
             return None
         run = harness.run(batch)
-        pooled = read(run, found_anchors).get("pooler") if row == "pooler" else None
-        found = diagnose(run.trace, table, weights, ckpt.config, row, pooled)
+        pooled = read(run, found_anchors).get(POOLER) if row == POOLER else None
+        found = diagnose(run.trace, table, bert, row, pooled)
         if found is None or found.step is not None:
             return found
     return found
@@ -521,41 +520,9 @@ def inputs(path: Path, config: BertConfig, model_class: str) -> dict[str, dict]:
     return batches
 
 
-def _row(name, got, expected, limit, reference_max_abs=None) -> Comparison:
+def _row(output: Output, got, expected, limit, reference_max_abs=None) -> Comparison:
     diff = (got - expected).abs()
-    return Comparison(name, diff.max().item(), diff.mean().item(), limit, reference_max_abs)
-
-
-def _outputs(model, batch: dict[str, torch.Tensor], heads) -> dict[str, torch.Tensor]:
-    """One forward pass: hidden states at real positions, the pooler, and each head's outputs
-    (per-token ones at real positions). Works for both models: transformers' task classes do not
-    return the pooler output, so a hook on the pooler catches it."""
-    base = model if isinstance(model, BertModel) or not hasattr(model, "bert") else model.bert
-    pooled = []
-    hook = None
-    if base.pooler is not None:
-        hook = base.pooler.register_forward_hook(lambda m, a, out: pooled.append(out))
-    try:
-        with torch.inference_mode():
-            # return_dict: a config.json may say false, which would give tuples
-            theirs = (
-                {}
-                if isinstance(model, BertModel)
-                else {"output_hidden_states": True, "return_dict": True}
-            )
-            out = model(**batch, **theirs)
-    finally:
-        if hook:
-            hook.remove()
-    real = batch["attention_mask"].reshape(-1, batch["attention_mask"].shape[-1]).bool()
-    named = {"embeddings": out.hidden_states[0][real]}
-    named |= {f"layer {i}": h[real] for i, h in enumerate(out.hidden_states[1:], 1)}
-    if pooled:
-        named["pooler"] = pooled[0]
-    for row, output, per_token in heads:
-        value = getattr(out, output)
-        named[row] = value[real] if per_token else value
-    return {k: v.float().cpu() for k, v in named.items()}
+    return Comparison(str(output), diff.max().item(), diff.mean().item(), limit, reference_max_abs)
 
 
 @contextmanager

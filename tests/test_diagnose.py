@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
+from bertconv.catalog import classes
 from bertconv.verify import FLOAT32_MAX_ABS, verify
 
 DEVIATIONS = Path(__file__).parent / "zoo" / "deviations.py"
@@ -99,3 +101,46 @@ def test_infer_refusing_says_where_and_why(cli):
     assert code == 1 and "diverges at layer 1" in err
     assert "the attention (scores, scaling, mask, softmax) differs" in err
     assert "the softmax over the queries (dim -2)" in err
+
+
+KINDS = ("absolute", "relative_key", "relative_key_query")
+SMALL = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+             intermediate_size=48, max_position_embeddings=24, num_labels=3)  # fmt: skip
+# Steps each row is taken apart into: every one compared, none skipped.
+STEPS = {"embeddings": 3, "layer": 11, "pooler": 2}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "model_class", [c for c in classes("bert") if c != "BertForMultipleChoice"]
+)
+def test_bertconvs_own_model_of_every_kind_agrees_at_every_step(kind, model_class):
+    """One BERT: bertconv's model, traced as a user's is (verify's Ours.diagnose) and read
+    through its table, taken apart row by row by the diagnosis (which recomputes each step with
+    that same model's code): every step of every row agrees, relative positions included.
+    (Multiple choice is never taken apart: its inputs are (B, choices, T).)"""
+    import bertconv.model
+    from bertconv.config import BertConfig
+    from bertconv.mapping import layout
+    from bertconv.outputs import EMBEDDINGS, POOLER, layer
+    from bertconv.verify import random_batch
+    from bertconv.yours.diagnose import diagnose
+    from bertconv.yours.harness import Harness, Plan
+    from bertconv.yours.reading import anchors, read
+
+    config = BertConfig(**SMALL, position_embedding_type=kind)
+    torch.manual_seed(0)
+    model = getattr(bertconv.model, model_class)(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    table = layout("bertconv", config)
+    harness = Harness(model, "bertconv", Plan({n: n for n in random_batch(config)}))
+    run = harness.run(random_batch(config, 16))
+    rows = [EMBEDDINGS, *(layer(i + 1) for i in range(config.num_hidden_layers))]
+    rows += [POOLER] if model.pooler is not None else []
+    for row in rows:
+        pooled = read(run, anchors(table, config, {"pooler"})).get(POOLER)
+        found = diagnose(run.trace, table, model, row, pooled)
+        assert found.step is None and found.cause is None, found.message()
+        assert len(found.agreeing) == STEPS[row.kind], found.message()

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
 
+from ..catalog import ENCODER, architecture
 from ..config import BertConfig
-from ..mapping import ENCODER, architecture
 from .units import UNUSED, Unit, split_role, words
 
 OUT_OF_ORDER = 6  # assignments run where none is in an order BERT's could be

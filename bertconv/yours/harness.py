@@ -17,7 +17,6 @@ pooler is what the model makes of its dense layer's output (its own tanh, or non
 import importlib
 import importlib.util
 import inspect
-import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from torch import nn
 from ..config import BertConfig
 from ..errors import CheckpointError, UsageError, UserCodeError
 from .trace import Trace
+from .units import words
 
 # What each input is called, most likely first; matched whole, then by the words of a name.
 SPELLINGS = {
@@ -276,13 +276,6 @@ def _size_arguments(factory: Callable, config: Config) -> dict | None:
     return kwargs or None
 
 
-def materialise(model: nn.Module, harness: "Harness", batch: dict) -> None:
-    """Lazy modules (`nn.LazyLinear`) have their shapes only after a first forward."""
-    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):
-        with torch.no_grad(), guarded(harness.spec, "running its forward"):
-            harness.call(harness.prepare(batch))
-
-
 def load_weights(
     model: nn.Module, spec: str, tensors: dict[str, torch.Tensor], absent: set[str]
 ) -> None:
@@ -373,7 +366,7 @@ def _by_name(names: list[str]) -> dict[str, str]:
     for name in names:  # then the words of a name: src_mask, segment_labels, input_tokens
         if name in found:
             continue
-        ours = _by_words(_words(name))
+        ours = _by_words(words(name))
         if ours and ours not in taken:
             found[name] = ours
             taken.add(ours)
@@ -392,11 +385,6 @@ def _by_words(words: set[str]) -> str | None:
     if words & {"ids", "input", "inputs", "token", "tokens", "x", "src", "seq", "sequence"}:
         return "input_ids"
     return None
-
-
-def _words(name: str) -> set[str]:
-    spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", name)
-    return {w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w}
 
 
 # Running, traced -------------------------------------------------------------------------------
@@ -461,3 +449,14 @@ class Harness:
             else:
                 output = self.call(batch)
         return Run(trace, output, batch)
+
+
+def load(spec: str, config_dict: dict, config: BertConfig, batch: dict) -> Harness:
+    """The user's model `spec`, built from config.json, with the harness that calls it. Lazy
+    modules (`nn.LazyLinear`) have their shapes only after a first forward: on `batch`."""
+    model = construct(import_factory(spec), spec, config_object(config_dict, config))
+    harness = Harness(model, spec, plan(model, spec), config.pad_token_id, config.vocab_size)
+    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):
+        with torch.no_grad(), guarded(spec, "running its forward"):
+            harness.call(harness.prepare(batch))
+    return harness

@@ -27,9 +27,11 @@ import torch
 from torch import nn
 
 from .. import storage
+from ..catalog import ENCODER, shapes
 from ..config import BertConfig
 from ..errors import NotBertError, UsageError
-from ..mapping import ENCODER, class_for, expand, layout, outputs, shapes
+from ..mapping import class_for, expand, layout
+from ..outputs import POOLER, Output, compared, heads
 from .assign import (
     Assignment,
     Model,
@@ -43,7 +45,7 @@ from .assign import (
     sections,
     table_text,
 )
-from .harness import Harness, config_object, construct, import_factory, materialise, plan
+from .harness import Harness, load
 from .reading import anchors, outputs_of, read
 from .trace import Trace
 from .units import UNUSED, layer_index, layer_pattern, units_from
@@ -77,7 +79,7 @@ class Inference:
     """What `bertconv infer` found: the table, and how well its assignment did."""
 
     text: str | None  # the table, as a TOML file; None where nothing computes BERT
-    checked: dict[str, float]  # compared output -> max abs difference from BERT's
+    checked: dict[Output, float]  # compared output -> max abs difference from BERT's
     trials: int
     reason: str | None = None  # why no table was found
     diagnosis: object = None  # diagnose.Diagnosis: where and why the closest assignment differs
@@ -92,15 +94,15 @@ class Probe:
     bias random too, so that none can be mistaken for another), and the batch both read."""
 
     def __init__(self, harness: Harness, config: BertConfig, groups: frozenset[str]):
-        from ..verify import _outputs, random_batch
+        from ..verify import random_batch
 
         self.harness, self.config, self.groups = harness, config, groups
-        self.model_class = class_for(set(groups))
-        self.heads = outputs(self.model_class)
+        self.model_class = class_for(set(groups), config.model_type)
+        self.heads = heads(self.model_class, config.model_type)
         self.official = random_weights(config, groups)
-        reference = _reference(self.official, config, self.model_class, groups)
+        self.reference = _reference(self.official, config, self.model_class, groups)
         self.batch = harness.prepare(random_batch(config, PROBE_LENGTH))
-        self.expected = _outputs(reference, self.batch, self.heads)
+        self.expected = compared(self.reference, self.batch, self.heads)
         self.trials = 0
 
     def traced(self, raw: dict):
@@ -124,7 +126,7 @@ class Probe:
             run, table, groups = self.traced(raw)
         except Exception:  # a wrong candidate may break the user's forward in any way
             return None
-        found = anchors(table, self.config.num_hidden_layers, set(groups))
+        found = anchors(table, self.config, set(groups))
         try:
             got = outputs_of(run, found, self.heads)[0]
         except UsageError:
@@ -136,15 +138,14 @@ class Probe:
             for label, expected in self.expected.items()
         }
 
-    def diagnose(self, raw: dict, row: str):
+    def diagnose(self, raw: dict, row: Output):
         """Where and why the model, through table `raw`, differs inside output `row`."""
         from .diagnose import diagnose
 
         run, table, groups = self.traced(raw)
-        found = anchors(table, self.config.num_hidden_layers, set(groups))
-        pooled = read(run, found).get("pooler") if row == "pooler" else None
-        weights = {n: storage.to_torch(t) for n, t in self.official.items()}
-        return diagnose(run.trace, table, weights, self.config, row, pooled)
+        found = anchors(table, self.config, set(groups))
+        pooled = read(run, found).get(POOLER) if row == POOLER else None
+        return diagnose(run.trace, table, self.reference, row, pooled)
 
 
 def random_weights(config: BertConfig, groups: frozenset[str]) -> dict[str, storage.Tensor]:
@@ -193,30 +194,21 @@ def closeness(distances: dict[str, float] | None) -> tuple[int, float]:
     return done, -error if error == error else float("-inf")
 
 
-def _listed(labels: list[str]) -> str:
+def _listed(labels: list[Output]) -> str:
     """`embeddings, layers 1-12, pooler`: outputs named, the layers as a span."""
-    layers = [label for label in labels if label.startswith("layer ")]
-    if len(layers) > 2:
-        span = f"layers 1-{len(layers)}"
-        labels = [label for label in labels if label not in layers[1:]]
-        labels = [span if label == layers[0] else label for label in labels]
-    return ", ".join(labels) or "nothing"
+    layers = [label for label in labels if label.kind == "layer"]
+    if len(layers) <= 2:
+        return ", ".join(map(str, labels)) or "nothing"
+    span = f"layers 1-{len(layers)}"
+    return ", ".join(span if o == layers[0] else str(o) for o in labels if o not in layers[1:])
 
 
-def _part(label: str) -> str:
-    if label == "embeddings":
-        return "embeddings"
-    if label.startswith("layer "):
-        return "layers"
-    return "pooler" if label == "pooler" else "heads"
-
-
-def _failing_part(distances: dict[str, float] | None) -> str | None:
+def _failing_part(distances: dict[Output, float] | None) -> str | None:
     if distances is None:
         return "embeddings"
     for label, value in distances.items():
         if not value <= TOLERANCE:
-            return _part(label)
+            return label.part
     return None
 
 
@@ -226,15 +218,13 @@ def _failing_part(distances: dict[str, float] | None) -> str | None:
 def infer(spec: str, config_dict: dict | None = None) -> Inference:
     """The table of `spec`'s names (PKG.MODULE:NAME or path.py:NAME), found and checked."""
     config = BertConfig.from_dict({**PROBE, **(config_dict or {})}, "--config")
-    factory = import_factory(spec)
-    config_obj = config_object(config_dict or {}, config)
-    model = construct(factory, spec, config_obj)
-    harness = Harness(model, spec, plan(model, spec), config.pad_token_id, config.vocab_size)
     from ..verify import random_batch
 
-    batch = harness.prepare(random_batch(config, PROBE_LENGTH))
-    materialise(model, harness, batch)
-    run = harness.run(batch)  # the model's own weights: how it uses them
+    harness = load(spec, config_dict or {}, config, random_batch(config, PROBE_LENGTH))
+    model = harness.model
+    run = harness.run(
+        harness.prepare(random_batch(config, PROBE_LENGTH))
+    )  # the model's own weights: how it uses them
     state = model.state_dict()
     generated = generated_buffers(model, state, config)
     params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
@@ -413,16 +403,17 @@ class Search:
             )
         done, error = progress(distances)
         labels = list(distances)
-        at = labels[done] if done < len(labels) else "the end"
+        at = labels[done] if done < len(labels) else None
         return (
             f"no assignment of its tensors makes it compute BERT: the closest matches "
-            f"{_listed(labels[:done])} and diverges at {at} (max abs "
+            f"{_listed(labels[:done])} and diverges at {at or 'the end'} (max abs "
             f"{error:.3g} against bertconv's {self.probe.model_class})"
             + (
                 f".\n{found.message()}"
                 if found is not None and found.step is not None
                 else ". Its tensors have BERT's shapes but it computes something else there: "
-                f"{SUSPECTS[_part(at)]}" + (f"\n{found.message()}" if found else "")
+                f"{SUSPECTS[at.part if at else 'heads']}"
+                + (f"\n{found.message()}" if found else "")
             )
         )
 

@@ -4,98 +4,105 @@ as the model makes it, each head's outputs as the rows verify compares."""
 
 import torch
 
-from .. import mapping
+from ..catalog import anchors as catalog_anchors
+from ..config import BertConfig
 from ..errors import UsageError
 from ..mapping import Table
+from ..outputs import POOLER, Head, Output, layer
 from .harness import Run
 from .trace import tensors_in
 
 
-def anchors(table: Table, layers: int, groups: set[str]) -> dict[str, set[str]]:
-    """{hidden state or head: the user's tensors whose last use returns it}, through `table`:
-    `embeddings`, `layer 1` .. `layer N`, `pooler` and each head of `groups` the table maps."""
-    holders: dict[str, set[str]] = {}
-    for row in table.rows.values():
-        for official in row.official:
-            holders.setdefault(official, set()).add(row.name)
-    for copy, original in table.tied.items():  # a tied decoder is read under either name
-        for official in table.rows[original].official:
-            holders.setdefault(official, set()).add(copy)
+def anchors(table: Table, config: BertConfig, groups: set[str]) -> dict[Output, set[str]]:
+    """{output: the user's tensors whose last use returns it}, through `table`: the embeddings,
+    each layer, the pooler and each head of `groups` the table maps (a head by its group)."""
     out = {}
-    for key, officials in mapping.anchors().items():
+    for key, officials in catalog_anchors(config.model_type).items():
         if key not in ("embeddings", "layer") and key not in groups:
             continue
-        labels = [f"layer {i + 1}" for i in range(layers)] if key == "layer" else [key]
+        if key == "layer":
+            labels = [layer(i + 1) for i in range(config.num_hidden_layers)]
+        else:
+            labels = [Output(key)]
         for i, label in enumerate(labels):
             names = {o.replace("{layer}", str(i)) for o in officials}
-            users = set().union(*(holders.get(n, set()) for n in names))
+            users = {name for official in names for name in table.names_for(official)}
             if users:
                 out[label] = users
     return out
 
 
-def read(run: Run, found: dict[str, set[str]]) -> dict[str, torch.Tensor | None]:
+def read(run: Run, found: dict[Output, set[str]]) -> dict[Output, torch.Tensor | None]:
     """What the model computed at each anchor, at real positions; None where its forward never
     used the anchor's tensors."""
     mask = run.batch["attention_mask"]
     returned = {id(t) for t in tensors_in(run.output)}
-    out: dict[str, torch.Tensor | None] = {}
+    out: dict[Output, torch.Tensor | None] = {}
     for label, names in found.items():
         call = run.trace.last_use(names)
         if call is None:
             out[label] = None
-        elif label == "pooler":
+        elif label == POOLER:
             chain = run.trace.unary_chain(call)
             given = [t for t in chain if id(t) in returned]
             out[label] = (given or chain)[-1]
-        elif label == "embeddings" or label.startswith("layer "):
+        elif label.hidden:
             out[label] = at_real_positions(next(tensors_in(call.output)), mask, label)
         else:  # a head's: head_rows reads it
             out[label] = next(tensors_in(call.output))
     return out
 
 
-def at_real_positions(value: torch.Tensor, mask: torch.Tensor, label: str) -> torch.Tensor:
-    """An output at the real tokens, (N, features), from (B, T, F), (T, B, F), (B * T, F) or
-    already packed (N, F); a per-sequence output (B, F) as it is."""
+def per_batch(value, mask: torch.Tensor) -> torch.Tensor | None:
+    """A per-token value as (B, T, F), from (B, T, F), (T, B, F), (B * T, F) or the real tokens
+    packed (N, F); a per-sequence one (B, F) as it is; None for any other."""
+    if not isinstance(value, torch.Tensor):
+        return None
     real = mask.bool()
     B, T = real.shape
-    if value.dim() == 3 and tuple(value.shape[:2]) == (B, T):
-        return value[real]
-    if value.dim() == 3 and tuple(value.shape[:2]) == (T, B):
-        return value.transpose(0, 1)[real]
-    if value.dim() == 2 and value.shape[0] == B * T and int(real.sum()) != B * T:
-        return value.view(B, T, -1)[real]
-    if value.dim() == 2 and value.shape[0] in (int(real.sum()), B):
-        return value
-    raise UsageError(
-        f"the model's {label} has shape {tuple(value.shape)}, which is not (batch, tokens, "
-        f"features) for a batch of {(B, T)}"
-    )
+    if value.dim() == 3 and tuple(value.shape[:2]) in ((B, T), (T, B)):
+        return value if tuple(value.shape[:2]) == (B, T) else value.transpose(0, 1)
+    if value.dim() == 2 and value.shape[0] == B * T:
+        return value.reshape(B, T, -1)
+    if value.dim() == 2 and value.shape[0] == int(real.sum()):
+        return value.new_zeros(B, T, value.shape[-1]).index_put_((real,), value)
+    return value if value.dim() == 2 and value.shape[0] == B else None
 
 
-def outputs_of(run: Run, found: dict[str, set[str]], heads) -> tuple[dict, list[str]]:
+def at_real_positions(value: torch.Tensor, mask: torch.Tensor, label: Output) -> torch.Tensor:
+    """An output at the real tokens, (N, features); a per-sequence output (B, F) as it is."""
+    full = per_batch(value, mask)
+    if full is None:
+        raise UsageError(
+            f"the model's {label} has shape {tuple(value.shape)}, which is not (batch, tokens, "
+            f"features) for a batch of {tuple(mask.shape)}"
+        )
+    return full[mask.bool()] if full.dim() == 3 else full
+
+
+def outputs_of(
+    run: Run, found: dict[Output, set[str]], heads: list[Head]
+) -> tuple[dict[Output, torch.Tensor], list[Output]]:
     """The compared outputs of a traced forward: hidden states and the pooler at their anchors,
-    and each head's outputs as the rows `heads` names (mapping.outputs); and the anchors its
-    forward never used."""
+    and each head's outputs as the rows `heads` names; and the anchors its forward never used."""
     named, unused = {}, []
     for label, value in read(run, found).items():
         if value is None:
             unused.append(label)
-        elif label in ("embeddings", "pooler") or label.startswith("layer "):
+        elif label.hidden or label == POOLER:
             named[label] = value
         else:
-            named |= head_rows(label, value, heads, run.batch["attention_mask"])
+            named |= head_rows(label.kind, value, heads, run.batch["attention_mask"])
     return named, unused
 
 
-def head_rows(group: str, value: torch.Tensor, heads, mask: torch.Tensor) -> dict:
+def head_rows(group: str, value: torch.Tensor, heads: list[Head], mask: torch.Tensor) -> dict:
     """A head's output as the rows verify compares: per token at the real positions, QA's
     start and end apart, multiple choice's scores as (items, choices)."""
-    rows = [(row, per_token) for row, _, per_token in heads if row.startswith(f"{group} ")]
+    rows = [head for head in heads if head.output.kind == group]
     out = {}
-    for i, (row, per_token) in enumerate(rows):
-        part = at_real_positions(value, mask, row) if per_token else value
+    for i, head in enumerate(rows):
+        part = at_real_positions(value, mask, head.output) if head.per_token else value
         part = part[..., i] if len(rows) > 1 else part
-        out[row] = part.reshape(mask.shape[0], -1) if group == "choice" else part
+        out[head.output] = part.reshape(mask.shape[0], -1) if group == "choice" else part
     return out

@@ -61,9 +61,6 @@ class Call:
     def param_names(self) -> set[str]:
         return {name for _, origin in self.params for name in origin.params}
 
-    def tensors_out(self) -> list[torch.Tensor]:
-        return list(tensors_in(self.output))
-
 
 class Trace(TorchFunctionMode):
     """Records the calls of a forward of `model` on `inputs` ({our name: tensor})."""

@@ -1,0 +1,448 @@
+"""BERT's steps inside one output, each recomputed by bertconv's own model (the modules and
+functions `bertconv.BertModel` runs, holding BERT's weights) from a user's model's own values at
+that step; and the deviations people make there, as variants of those calls (another eps,
+another activation, no scaling, the heads split otherwise, ...).
+
+A value of the user's model is put in the place of the reference's own by a forward hook on the
+module that computes it, so that the reference's code runs as it is: the embeddings summed and
+normalised by `Embeddings`, a sublayer's residual and LayerNorm by `AddNorm`, the attention by
+`SelfAttention.split_heads`, its relative scores and `model.attention`.
+"""
+
+import copy
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ACTIVATIONS, BertConfig
+from ..mapping import Table
+from ..model import AddNorm, BertModel, SelfAttention, activation, attention
+from .assign import ATTENTION, roles
+from .reading import per_batch
+from .trace import Trace, tensors_in
+
+EPS = (1e-5, 1e-6, 1e-7, 1e-8, 1e-3)
+PRE_LN = "the LayerNorm before the sublayer (pre-LN), not after it"
+# The activations config.json can name, as a diagnosis says them (model.activation computes them)
+NAMED = {
+    "gelu": 'the exact (erf) GELU ("gelu")',
+    "gelu_new": 'tanh-approximate GELU ("gelu_new")',
+    "relu": 'ReLU ("relu")',
+}
+# and those people write that no config.json names.
+UNNAMED: dict[str, Callable] = {
+    "GELU with 1.41421 for sqrt(2)": lambda x: 0.5 * x * (1.0 + torch.erf(x / 1.41421)),
+    "the sigmoid GELU, x * sigmoid(1.702 x)": lambda x: x * torch.sigmoid(1.702 * x),
+    "SiLU (swish)": F.silu,
+}
+
+
+@dataclass
+class Step:
+    """One step: what the model computed there (None where the trace cannot tell it apart),
+    BERT's way from the model's own inputs, and the deviations people make there."""
+
+    name: str
+    yours: torch.Tensor | None
+    bert: torch.Tensor
+    # (cause, the step computed that way): a dict, or pairs where a cause has two ways
+    deviations: dict | list[tuple[str, Callable[[], torch.Tensor]]] = field(default_factory=dict)
+    detail: str = ""
+
+    def ways(self) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+        pairs = self.deviations.items() if isinstance(self.deviations, dict) else self.deviations
+        return [*pairs, ("dropout left active", self.dropped)]
+
+    def dropout_ratio(self) -> float | None:
+        """The scale 1 / (1 - p) of a dropout left active: the kept values, over BERT's."""
+        yours, bert = self.yours.float(), self.bert.float()
+        dropped = (yours == 0) & (bert.abs() > 1e-6)
+        kept = (yours != 0) & (bert.abs() > 1e-3)
+        if not dropped.any() or not kept.any():
+            return None
+        ratio = float((yours[kept] / bert[kept]).median())
+        return ratio if ratio > 1.01 else None
+
+    def dropped(self) -> torch.Tensor | None:
+        """BERT's values, dropped where the model's are zero, the rest scaled as dropout does."""
+        ratio = self.dropout_ratio()
+        if ratio is None:
+            return None
+        return torch.where(self.yours == 0, torch.zeros_like(self.bert), self.bert * ratio)
+
+
+def distance(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
+    """Max abs difference at the real positions (every row of a per-sequence output)."""
+    if a.shape != b.shape:
+        return math.inf
+    diff = (a.float() - b.float()).abs()
+    if diff.dim() >= 2 and tuple(diff.shape[:2]) == tuple(mask.shape):
+        diff = diff[mask.bool()]
+    value = float(diff.max()) if diff.numel() else 0.0
+    return math.inf if value != value else value
+
+
+# Running the reference's code on the user's values -------------------------------------
+
+
+def replacing(given: dict[nn.Module, object], compute: Callable[[], torch.Tensor]):
+    """`compute()`, each module of `given` returning the value given instead of its own."""
+    hooks = [m.register_forward_hook(lambda _m, _a, _o, v=v: v) for m, v in given.items()]
+    try:
+        return compute()
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def input_of(module: nn.Module, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """What `module` reads when `compute()` runs."""
+    seen = []
+    hook = module.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+    try:
+        compute()
+    finally:
+        hook.remove()
+    return seen[0]
+
+
+def prefixes(config: BertConfig, index: int = 0) -> dict[str, str]:
+    """Each of BERT's units (the catalog's) -> its official prefix, in layer `index`."""
+    units = roles(config.model_type).units
+    return {role: prefix.replace("{layer}", str(index)) for role, (prefix, _, _) in units.items()}
+
+
+# The model's values, through its table ---------------------------------------------------------
+
+
+class Values:
+    """What the traced model computed at each unit of BERT's, found through its table."""
+
+    def __init__(self, trace: Trace, table: Table, pooled: torch.Tensor | None = None):
+        self.trace, self.table, self.pooled = trace, table, pooled
+        self.mask = trace.inputs["attention_mask"]
+
+    def names(self, prefix: str) -> set[str]:
+        return {n for part in ("weight", "bias") for n in self.table.names_for(f"{prefix}.{part}")}
+
+    def _call(self, prefix: str, last: bool = True):
+        names = self.names(prefix)
+        uses = self.trace.uses(names)
+        if not uses:
+            return None
+        call = uses[-1] if last else uses[0]
+        fused = {h.name for h in self.table.holders.get(f"{prefix}.weight", ()) if h.parts > 1}
+        if not call.param_names <= names | fused:
+            return None  # the call computes more than this unit (nn.MultiheadAttention)
+        return call
+
+    def output(self, prefix: str, last: bool = True) -> torch.Tensor | None:
+        """What the unit `prefix` (an official name less .weight) returned, as (B, T, F): at
+        its last use (a table, looked up: at its first; a tied decoder uses it again)."""
+        call = self._call(prefix, last)
+        if call is None:
+            return None
+        value = self.btf(next(tensors_in(call.output), None))
+        holders = self.table.holders.get(f"{prefix}.weight", ())
+        if value is not None and holders and holders[0].parts > 1:  # one third of a fused qkv
+            value = value.chunk(holders[0].parts, dim=-1)[holders[0].part]
+        return value
+
+    def input(self, prefix: str) -> torch.Tensor | None:
+        """What the unit `prefix` read (its input from the model's computation), as (B, T, F)."""
+        call = self._call(prefix, last=False)
+        if call is None:
+            return None
+        for value, producer in zip(call.inputs, call.producers, strict=True):
+            if producer is not None and self.trace.origin(value) is None:
+                return self.btf(value)
+        return None
+
+    def hidden(self, prefix: str) -> torch.Tensor | None:
+        """The hidden state the LayerNorm `prefix` gives, where the model last uses it."""
+        call = self.trace.last_use(self.names(prefix))
+        return None if call is None else self.btf(next(tensors_in(call.output), None))
+
+    def btf(self, value) -> torch.Tensor | None:
+        """A per-token value as (B, T, F), in float32 (reading.per_batch)."""
+        value = per_batch(value, self.mask)
+        return None if value is None else value.float()
+
+
+# Deviations shared by the steps ----------------------------------------------------------------
+
+
+def norm_deviations(x, norm: nn.Module, config: BertConfig, residual=None, sublayer=None) -> dict:
+    """The LayerNorm's deviations: its eps, its variance, and where the residual goes."""
+    out = {}
+    for eps in (e for e in EPS if e != config.layer_norm_eps):
+        other = copy.copy(norm)  # the same gamma and beta, another eps
+        other.eps = eps
+        cause = f"LayerNorm eps {eps:g} (the config's layer_norm_eps is {config.layer_norm_eps:g})"
+        out[cause] = lambda other=other: other(x)
+    g, b, eps = norm.gamma, norm.beta, config.layer_norm_eps
+    out["a LayerNorm dividing by the unbiased standard deviation plus eps"] = lambda: (
+        g * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + eps) + b
+    )
+    if residual is not None and sublayer is not None:
+        out["no residual: the LayerNorm of the sublayer's output alone"] = lambda: norm(sublayer)
+        out["the residual added after the LayerNorm, not before it"] = lambda: (
+            norm(sublayer) + residual
+        )
+    out["no LayerNorm"] = lambda: x
+    return out
+
+
+def projection_deviations(x, linear: nn.Linear, square: bool) -> dict:
+    out = {"the projection without its bias": lambda: F.linear(x, linear.weight)}
+    if square:
+        out["the projection's weight used transposed (x @ W where BERT has x @ W.T)"] = lambda: (
+            F.linear(x, linear.weight.T, linear.bias)
+        )
+    return out
+
+
+# The embeddings --------------------------------------------------------------------------------
+
+
+def embedding_steps(view: Values, model: BertModel, config: BertConfig) -> Iterator[Step]:
+    emb, p = model.embeddings, prefixes(config)
+    ids, types = view.trace.inputs["input_ids"], view.trace.inputs["token_type_ids"]
+    T = ids.shape[1]
+    word, typ = emb.word_embeddings(ids), emb.token_type_embeddings(types)
+    yours_word = view.output(p["word embeddings"], last=False)
+    yield Step("the word embeddings", yours_word, word)
+    yours_typ = view.output(p["token type embeddings"], last=False)
+    yield Step("the token type embeddings", yours_typ, typ)
+    word = word if yours_word is None else yours_word
+    typ = typ if yours_typ is None else yours_typ
+
+    def summed(w=word, t=typ, positions=None):
+        """The model's own embeddings (sum, LayerNorm) of these words, types and positions."""
+        given = {emb.word_embeddings: w, emb.token_type_embeddings: t}
+        if positions is not None:
+            given[emb.position_embeddings] = positions
+        return replacing(given, lambda: emb(ids, types))
+
+    table, offset = emb.position_embeddings.weight, config.pad_token_id + 1
+    deviations = {"no token type embeddings (token types left out)": lambda: summed(t=0 * typ)}
+    if config.relative:  # BERT adds none: the attention has them
+        deviations["position embeddings added (relative positions are the attention's)"] = lambda: (
+            emb.LayerNorm(word + typ + table[:T])
+        )
+    else:
+        deviations |= {
+            "no position embeddings (positions left out)": lambda: summed(positions=0 * table[:T]),
+            "positions offset by one (counted from 1)": lambda: summed(positions=table[1 : T + 1]),
+            f"positions offset past the pad id (from {offset}, RoBERTa's way)": lambda: summed(
+                positions=table[offset : offset + T]
+            ),
+        }
+    deviations["the word embeddings scaled by sqrt(hidden_size)"] = lambda: summed(
+        w=word * math.sqrt(config.hidden_size)
+    )
+    deviations |= norm_deviations(input_of(emb.LayerNorm, summed), emb.LayerNorm, config)
+    name = "the embeddings' sum and its LayerNorm"
+    yield Step(name, view.output(p["embeddings norm"]), summed(), deviations)
+
+
+# A layer ----------------------------------------------------------------------------------------
+
+
+def layer_steps(view: Values, model: BertModel, config: BertConfig, index: int) -> Iterator[Step]:
+    """A layer's steps, each from the model's own values before it."""
+    block, p = model.encoder.layer[index], prefixes(config, index)
+    sa, first, second = block.attention.self, block.attention.output, block.output
+    before = prefixes(config, index - 1)["output norm"] if index else p["embeddings norm"]
+    x = view.hidden(before)
+    if x is None:
+        return
+    yield Step(  # whichever of its two LayerNorms a table takes for the first
+        "the layer's input",
+        view.input(p["query"]),
+        x,
+        [(PRE_LN, lambda: first.LayerNorm(x)), (PRE_LN, lambda: second.LayerNorm(x))],
+    )
+    own = {}
+    projections = dict(zip(ATTENTION, (sa.Wq, sa.Wk, sa.Wv), strict=True))
+    for name, W in projections.items():
+        deviations = projection_deviations(x, W, square=True)
+        deviations[PRE_LN] = lambda W=W: W(first.LayerNorm(x))
+        other = {"query": "key", "key": "query"}.get(name)
+        if other:
+            deviations[f"the {other}'s projection for the {name}'s (query and key exchanged)"] = (
+                lambda o=projections[other]: o(x)
+            )
+        yours = view.output(p[name])
+        yield Step(f"the {name} projection", yours, W(x), deviations)
+        own[name] = W(x) if yours is None else yours
+    context = attend(sa, own, view.mask)
+    yours_context = view.input(p["attention output"])
+    yield Step(
+        "the attention (scores, scaling, mask, softmax)",
+        yours_context,
+        context,
+        attention_deviations(sa, own, view.mask, config),
+    )
+    context = context if yours_context is None else yours_context
+    dense, norm = p["attention output"], p["attention norm"]
+    yield from sublayer(view, first, config, context, x, dense, norm, after=p["intermediate"])
+    mid = view.output(p["attention norm"])
+    mid = first(context, x) if mid is None else mid
+    dense = block.intermediate.dense
+    deviations = projection_deviations(mid, dense, square=False)
+    deviations[PRE_LN] = lambda: dense(second.LayerNorm(mid))
+    yours_inter = view.output(p["intermediate"])
+    yield Step("the feed-forward's first projection", yours_inter, dense(mid), deviations)
+    inter = dense(mid) if yours_inter is None else yours_inter
+    yours_act = view.input(p["output"])
+    yield activation_step(yours_act, inter, config)
+    activated = activation(config.hidden_act)(inter) if yours_act is None else yours_act
+    yield from sublayer(view, second, config, activated, mid, p["output"], p["output norm"])
+
+
+def activation_step(yours, inter: torch.Tensor, config: BertConfig) -> Step:
+    """The feed-forward's activation: config.json's, by the model's own activation(); each
+    other one people use, as a deviation."""
+    ours = ACTIVATIONS[config.hidden_act]
+    named = next(NAMED[n] for n, spec in ACTIVATIONS.items() if n in NAMED and spec == ours)
+    deviations = {
+        NAMED[n]: lambda n=n: activation(n)(inter)
+        for n, spec in ACTIVATIONS.items()
+        if n in NAMED and spec != ours
+    }
+    deviations |= {cause: lambda f=f: f(inter) for cause, f in UNNAMED.items()}
+    detail = f' The config\'s hidden_act is "{config.hidden_act}", {named}.'
+    bert = activation(config.hidden_act)(inter)
+    return Step("the feed-forward's activation", yours, bert, deviations, detail)
+
+
+def sublayer(view: Values, add_norm: AddNorm, config, x_in, residual, dense, norm, after=None):
+    """A sublayer's output projection, then its residual and LayerNorm (the model's AddNorm);
+    `after`: the unit that reads its output, for the attention's."""
+    out = add_norm.dense(x_in)
+    yours = view.output(dense)
+    if yours is not None and distance(yours, out + residual, view.mask) < distance(
+        yours, out, view.mask
+    ):
+        out = out + residual  # the bias added after the residual: both in one call
+        residual_in = None
+    else:
+        residual_in = residual
+    square = after is not None
+    what = "the attention's output projection" if square else "the feed-forward's second projection"
+    yield Step(what, yours, out, projection_deviations(x_in, add_norm.dense, square))
+    sub = out if yours is None else yours
+    if residual_in is None:
+        summed, bert = sub, add_norm.LayerNorm(sub)
+    else:
+        summed = sub + residual
+        bert = replacing({add_norm.dense: sub}, lambda: add_norm(x_in, residual))
+    where = "the attention's" if square else "the feed-forward's"
+    # What the next step reads shows a residual added after the LayerNorm, which the
+    # LayerNorm's own output does not.
+    downstream = view.input(after) if square else None
+    yield Step(
+        f"{where} residual and LayerNorm",
+        view.output(norm) if downstream is None else downstream,
+        bert,
+        norm_deviations(summed, add_norm.LayerNorm, config, residual_in, sub),
+    )
+
+
+# The attention ----------------------------------------------------------------------------------
+
+
+def attend(sa: SelfAttention, own: dict, mask, divisor=None, keys="real", split="heads",
+           swap=False, axis=-1) -> torch.Tensor:  # fmt: skip
+    """The model's attention (its split_heads, relative scores and model.attention) on the
+    user's (B, T, H) queries, keys and values; or a deviation from it: the scores divided by
+    another `divisor` than sqrt(head size),
+    the mask on no keys or `inverted`, the heads `split` (head size, heads), q and k `swap`ped,
+    the softmax over another `axis`."""
+    B, T, H = own["query"].shape
+    q, k, v = (_split(sa, own[n], split) for n in ATTENTION)
+    if swap:
+        q, k = k, q
+    bias = sa.relative_scores(q, k) if hasattr(sa, "distance_embedding") else None
+    key_mask = mask.bool()[:, None, None, :]
+    if keys == "inverted":  # the real tokens hidden (a row of nothing but them: uniform)
+        hidden = torch.zeros(key_mask.shape).masked_fill(key_mask, torch.finfo(q.dtype).min)
+        bias = hidden if bias is None else bias + hidden
+    if keys != "real":
+        key_mask = None
+    if (divisor, keys, split, swap, axis) == (None, "real", "heads", False, -1):
+        context = attention(q, k, v, key_mask, bias)  # (B, heads, T, head_dim)
+    else:  # a deviation, written out as people write it
+        scores = q @ k.transpose(-1, -2) / (divisor or math.sqrt(sa.head_dim))
+        scores = scores + (0 if bias is None else bias)
+        if key_mask is not None:
+            scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
+        context = scores.softmax(axis) @ v
+    if split == "heads":
+        return context.transpose(1, 2).reshape(B, T, H)
+    return context.permute(0, 2, 3, 1).reshape(B, T, H)
+
+
+def _split(sa: SelfAttention, x: torch.Tensor, split: str) -> torch.Tensor:
+    if split == "heads":
+        return sa.split_heads(x)
+    B, T, _ = x.shape
+    return x.view(B, T, sa.head_dim, sa.num_heads).permute(0, 3, 1, 2)
+
+
+def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig) -> list:
+    """The attention's deviations, each as attend() computes it."""
+    d = sa.head_dim
+    scaling = "the attention's scaling"
+    ways = [
+        (
+            f"{scaling}: the scores divided by the head size {d}, not its square root",
+            {"divisor": d},
+        ),
+        (f"{scaling} left out (BERT divides the scores by sqrt(head size))", {"divisor": 1.0}),
+        (
+            f"{scaling}: the scores divided by sqrt(hidden_size), not sqrt(head size)",
+            {"divisor": math.sqrt(config.hidden_size)},
+        ),
+        ("no padding mask on the keys (no mask, or one applied to the queries)", {"keys": "none"}),
+        ("the mask inverted (the padding attended to, the tokens masked)", {"keys": "inverted"}),
+        ("the softmax over the queries (dim -2), not the keys", {"axis": -2}),
+        (
+            "the heads split in the other order (head size, heads), not (heads, head size)",
+            {"split": "size"},
+        ),
+        ("the query and the key exchanged (K Q^T, not Q K^T)", {"swap": True}),
+    ]
+    return [(cause, lambda how=how: attend(sa, own, mask, **how)) for cause, how in ways]
+
+
+# The pooler -------------------------------------------------------------------------------------
+
+
+def pooler_steps(view: Values, model: BertModel, config: BertConfig) -> Iterator[Step]:
+    last = view.hidden(prefixes(config, config.num_hidden_layers - 1)["output norm"])
+    if last is None:
+        return
+    pooler, real = model.pooler, view.mask.bool()
+    first = last[:, 0]
+    mean = (last * real[..., None]).sum(1) / real.sum(1, keepdim=True)
+    final = last[torch.arange(last.shape[0]), real.sum(1) - 1]
+    deviations = {
+        "the mean of the tokens pooled, not the first ([CLS])": lambda: pooler.dense(mean),
+        "the last token pooled, not the first ([CLS])": lambda: pooler.dense(final),
+    } | projection_deviations(first, pooler.dense, square=True)
+    yours_dense = view.output(prefixes(config)["pooler"])
+    yield Step("the pooler's projection", yours_dense, pooler.dense(first), deviations)
+    dense = pooler.dense(first) if yours_dense is None else yours_dense
+    bert = replacing({pooler.dense: dense}, lambda: pooler(last))
+    deviations = {
+        "no tanh on the pooled output (the pooler's tanh missing)": lambda: dense,
+        "the tanh applied twice": lambda: torch.tanh(bert),
+        "GELU for the pooler's tanh": lambda: F.gelu(dense),
+    }
+    yield Step("the pooler's tanh", view.pooled, bert, deviations)
