@@ -221,3 +221,16 @@ def test_each_class_has_a_pooler_where_transformers_class_does(name):
     theirs = theirs if name == "BertModel" else theirs.bert
     ours = getattr(bertconv.model, name)(config)
     assert (ours.pooler is None) is (theirs.pooler is None)
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_attention_is_the_papers_arithmetic(relative):
+    """softmax(q k^T / sqrt(head_dim) + bias) v, padded keys left out, written out plainly."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(3))  # (B, heads, T, head_dim)
+    key_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]).bool()[:, None, None, :]
+    bias = torch.randn(2, 3, 5, 5, generator=g) if relative else None
+    scores = q @ k.transpose(-1, -2) / 2 + (0 if bias is None else bias)
+    expected = scores.masked_fill(~key_mask, float("-inf")).softmax(-1) @ v
+    got = bertconv.model.attention(q, k, v, key_mask, bias)
+    assert (got - expected).abs().max() <= FLOAT32_MAX_ABS
