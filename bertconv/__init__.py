@@ -13,10 +13,10 @@ _LAZY = {
 
 
 def _classes() -> list[str]:
-    """The model's classes: one per class of the architecture's catalog, under its name."""
+    """The model's classes: one per class of BERT's catalog, under its name."""
     from .catalog import classes
 
-    return list(classes())
+    return list(classes("bert"))
 
 
 def __getattr__(name: str):
