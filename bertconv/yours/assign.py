@@ -80,9 +80,15 @@ class Model:
     def roles(self) -> Roles:
         return roles(self.config.model_type)
 
-    def tables(self) -> dict[str, int]:
-        """The embeddings' roles, each with its number of rows."""
-        return {r: getattr(self.config, f) for r, f in self.roles.embeddings.items()}
+    def tables(self) -> dict[tuple[str, int], list[Unit]]:
+        """Each embedding's (role, number of rows), with the units outside the layers that can
+        be it: (rows, hidden), or (1, rows, hidden) kept to broadcast over the batch."""
+        h = self.config.hidden_size
+        sizes = {r: getattr(self.config, f) for r, f in self.roles.embeddings.items()}
+        return {
+            (r, s): [u for u in self.outside if u.bias is None and u.shape in ((s, h), (1, s, h))]
+            for r, s in sizes.items()
+        }
 
 
 def _logical(unit: Unit, transposed: bool | None) -> tuple[int, ...]:
@@ -201,18 +207,14 @@ def _roles_known(unit: Unit) -> bool:
 def global_choices(model: Model) -> Iterator[Assignment]:
     """Every way the units outside the layers can be the embeddings, the likeliest first."""
     h = model.config.hidden_size
-    sizes = model.tables()
-    tables = {
-        n: [u for u in model.outside if u.bias is None and u.shape in ((s, h), (1, s, h))]
-        for n, s in sizes.items()
-    }
+    tables = {role: units for (role, _), units in model.tables().items()}
     norms = [u for u in model.outside if is_norm(u, h)]
     options = []
     for embeddings in itertools.product(*tables.values()):
         if len(set(map(id, embeddings))) < 3:
             continue
         for norm in norms:
-            chosen = dict(zip(sizes, embeddings, strict=True)) | {"embeddings norm": norm}
+            chosen = dict(zip(tables, embeddings, strict=True)) | {"embeddings norm": norm}
             options.append(Assignment(chosen))
     ranked = sorted(options, key=lambda a: -_embedding_score(a, model.roles))
     for choice in ranked:

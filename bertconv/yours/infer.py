@@ -420,13 +420,9 @@ class Search:
     def _inventory(self) -> str:
         """What BERT has that the model's tensors cannot be, part by part."""
         h, i = self.config.hidden_size, self.config.intermediate_size
-        sizes = self.user.tables()
         outside, layer = self.user.outside, self.user.layer
-        missing = [
-            f"the {name} (a ({size}, {h}) table)"
-            for name, size in sizes.items()
-            if not any(u.bias is None and u.shape in ((size, h), (1, size, h)) for u in outside)
-        ]
+        tables = self.user.tables().items()
+        missing = [f"the {name} (a ({size}, {h}) table)" for (name, size), u in tables if not u]
         if not any(is_norm(u, h) for u in outside):
             missing.append(f"the embeddings' LayerNorm (two ({h},) tensors)")
         if sum(is_norm(u, h) for u in layer) < 2:
