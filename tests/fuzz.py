@@ -437,10 +437,10 @@ def table_campaign(examples: int, seed: int | None, tally: Tally) -> None:
     @given(st.sampled_from(sorted(texts)), st.data())
     def run_one(name, data):
         mutated = data.draw(table_mutant(texts[name]))
-        with tempfile.TemporaryDirectory() as tables:
+        with tempfile.TemporaryDirectory() as folder:
             for other, text in texts.items():
-                Path(tables, f"{other}.toml").write_text(mutated if other == name else text)
-            tables.TABLES = Path(tables)
+                Path(folder, f"{other}.toml").write_text(mutated if other == name else text)
+            tables.TABLES = Path(folder)
             _clear_caches()
             tally.tried += 1
             try:
@@ -450,7 +450,7 @@ def table_campaign(examples: int, seed: int | None, tally: Tally) -> None:
                 tally.codes[0] += 1
             except TableError as e:
                 tally.codes[e.exit_code] += 1
-                if tables not in str(e):
+                if folder not in str(e):
                     tally.crashes.append(f"table {name}: an error that names no file: {e}")
                     raise AssertionError(str(e)) from None
             except BertconvError as e:
