@@ -1,13 +1,7 @@
 """BERT's steps inside one output, each recomputed by bertconv's own model (the modules and
-functions `bertconv.BertModel` runs, holding BERT's weights) from a user's model's own values at
-that step; and the deviations people make there, as variants of those calls (another eps,
-another activation, no scaling, the heads split otherwise, ...).
-
-A value of the user's model is put in the place of the reference's own by a forward hook on the
-module that computes it, so that the reference's code runs as it is: the embeddings summed and
-normalised by `Embeddings`, a sublayer's residual and LayerNorm by `AddNorm`, the attention by
-`SelfAttention.split_heads`, its relative scores and `model.attention`.
-"""
+functions `bertconv.BertModel` runs, holding BERT's weights) from the user's model's values at
+that step, put in place by forward hooks; and the deviations people make there, as variants of
+those calls (another eps, another activation, no scaling, the heads split otherwise, ...)."""
 
 import copy
 import math
@@ -168,8 +162,7 @@ class Values:
         return None if call is None else self.btf(next(tensors_in(call.output), None))
 
     def btf(self, value) -> torch.Tensor | None:
-        """A per-token value as (B, T, F), in float32 (reading.per_batch)."""
-        value = per_batch(value, self.mask)
+        value = per_batch(value, self.mask)  # (B, T, F)
         return None if value is None else value.float()
 
 

@@ -61,7 +61,7 @@ def layer_pattern(shapes: dict[str, tuple], layers: int) -> dict[str, str]:
             pattern = name[: match.start()] + "{layer}" + name[match.end() :]
             seen.setdefault(pattern, {})[int(match.group())] = tuple(shape)
             found.setdefault(name, []).append(pattern)
-    runs = (set(range(layers)), _one(layers))
+    runs = (set(range(layers)), set(range(1, layers + 1)))  # counted from 0, or from 1
 
     def is_layers(pattern: str) -> bool:
         return set(seen[pattern]) in runs and len(set(seen[pattern].values())) == 1
@@ -71,10 +71,6 @@ def layer_pattern(shapes: dict[str, tuple], layers: int) -> dict[str, str]:
         fits = [p for p in found.get(name, []) if is_layers(p)]
         out[name] = fits[0] if fits and layers > 1 else name
     return out
-
-
-def _one(layers: int) -> set[int]:
-    return set(range(1, layers + 1))
 
 
 def layer_index(pattern: str, name: str) -> int | None:
