@@ -11,6 +11,7 @@ imported only there) maps stored tensors into torch without copying them.
 """
 
 import json
+import math
 import mmap
 import os
 import struct
@@ -77,10 +78,7 @@ Tensor = Stored | InMemory | Joined | Transposed
 
 
 def nbytes(t: Tensor) -> int:
-    count = 1
-    for d in t.shape:
-        count *= d
-    return count * ITEM_SIZE[t.dtype]
+    return math.prod(t.shape) * ITEM_SIZE[t.dtype]
 
 
 def split_rows(t: Tensor, rows: list[int]) -> list[Tensor]:
@@ -345,11 +343,11 @@ def _no_constant(name: str):
 
 
 def _metadata(value) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+    if value is not None and (
+        not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values())
+    ):
         raise NotSafetensors("its __metadata__ is not an object of strings")
-    return value
+    return value or {}
 
 
 def _is_count(x) -> bool:
@@ -370,12 +368,10 @@ def _entry(name: str, entry) -> tuple[str, tuple[int, ...], tuple[int, int]]:
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets)):
         raise NotSafetensors(f"tensor {name!r}: data_offsets {offsets!r} are not two counts")
     begin, end = offsets
-    count = 1
-    for d in shape:
-        count *= d
-    if end - begin != count * ITEM_SIZE[dtype]:
+    size = math.prod(shape) * ITEM_SIZE[dtype]
+    if end - begin != size:
         raise NotSafetensors(
-            f"tensor {name!r}: {dtype} of shape {tuple(shape)} is {count * ITEM_SIZE[dtype]} "
+            f"tensor {name!r}: {dtype} of shape {tuple(shape)} is {size} "
             f"bytes, but its offsets span {end - begin}"
         )
     return dtype, tuple(shape), (begin, end)

@@ -48,16 +48,13 @@ def _untranspose(t: storage.Tensor) -> storage.Tensor | None:
     return storage.transpose(t) if len(t.shape) == 2 else None
 
 
+# A leading 1 (unsqueeze): a table kept as (1, n, h), broadcast over the batch. concat stacks
+# along the first dimension, as nn.Linear(h, 3h) holds them; concat_transposed is a fused
+# (in, 3 x out) parameter.
 REGISTRY = {
     t.name: t
     for t in [
-        Transform(
-            "rename",
-            False,
-            lambda parts: parts[0],
-            lambda t, shapes: [t],
-            (1, 2),
-        ),
+        Transform("rename", False, lambda parts: parts[0], lambda t, shapes: [t], (1, 2)),
         Transform(
             "transpose",
             False,
@@ -65,22 +62,16 @@ REGISTRY = {
             lambda t, shapes: [_untranspose(t) or t],
             (2,),
         ),
+        Transform("concat", True, storage.join_rows, _split, (1, 2)),
         Transform(
-            "concat",  # stacked along the first dimension, as nn.Linear(h, 3h) holds them
-            True,
-            storage.join_rows,
-            _split,
-            (1, 2),
-        ),
-        Transform(
-            "concat_transposed",  # stacked, then transposed: a fused (in, 3 x out) parameter
+            "concat_transposed",
             True,
             lambda parts: storage.transpose(storage.join_rows(parts)),
             lambda t, shapes: _split(_untranspose(t) or t, shapes),
             (2,),
         ),
         Transform(
-            "unsqueeze",  # a leading 1: a table kept as (1, n, h), broadcast over the batch
+            "unsqueeze",
             False,
             lambda parts: storage.reshape(parts[0], (1, *parts[0].shape)),
             lambda t, shapes: [_squeeze(t)],
