@@ -18,7 +18,7 @@ from .checkpoint import (
     tokenizer_files,
     write_checkpoint,
 )
-from .convert import FITTING, Conversion, Selection, convert
+from .convert import FITTING, Conversion, Reading, Selection, convert
 from .errors import BertconvError, NotFoundError, UsageError
 from .mapping import layout
 from .tables import OFFICIAL, read_off, recorded_as, refusal
@@ -196,6 +196,17 @@ def convert_read(ckpt: Checkpoint, to_layout: str, selection: Selection = FITTIN
     )
 
 
+def official(ckpt: Checkpoint) -> Reading:
+    """A checkpoint already read, in the official names: the reading a command hands on (to
+    its conversions, transformers' reference, a user's model, the diagnosis), made once."""
+    from .convert import check_convertible, read_official
+
+    check_convertible(ckpt.layout, OFFICIAL, str(ckpt.path))
+    table = layout(ckpt.layout, ckpt.config)
+    hint = ckpt.config_dict.get("architectures")
+    return read_official(ckpt.state_dict, ckpt.config, table, str(ckpt.path), hint)
+
+
 def load(
     source: "str | Path | Source",
     revision: str | None = None,
@@ -293,14 +304,9 @@ def inspect(
         how = found.how + (f"; its metadata says {said!r}" if said else "")
         problems = "Name the table it is in with --from (a shipped layout or a table file)."
     else:  # read (and checked) in its layout's names, as conversion reads it; not converted
-        from .convert import check_convertible, read_official
-
         how = found.how
         try:
-            check_convertible(found.layout, OFFICIAL, str(ckpt.path))
-            table = layout(found.layout, ckpt.config)
-            hint = ckpt.config_dict.get("architectures")
-            conversion = read_official(ckpt.state_dict, ckpt.config, table, str(ckpt.path), hint)
+            conversion = official(ckpt)
         except BertconvError as e:
             problems = str(e)
     tensors = ckpt.state_dict.values()

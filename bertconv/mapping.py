@@ -71,7 +71,7 @@ class Table:
     requires: frozenset[str]  # groups the layout's model cannot do without
     format: str = "safetensors"  # the files its checkpoints are
     model_type: str = "bert"  # the catalog whose official tensors its rows name
-    write_tied: bool = True
+    write_tied: bool = True  # transformers' classes tie them themselves on loading
     slots: tuple[str, ...] = ()  # a row's name + one of these: an optimizer's slot, skipped
 
     def place(self, name: str) -> str | None:
@@ -121,19 +121,13 @@ class Table:
             for name, row in self.rows.items()
             if row.official and set(row.official) <= officials
         }
-        if self.writes_tied:  # a user's model holds its tied copies by name
+        if self.write_tied:  # a user's model holds its tied copies by name
             out |= {copy: row for copy, row in self.tied.items() if row in out.values()}
         return out
 
     def row_of(self, name: str) -> Row:
         """The row a name placed as a row or an alias is read through."""
         return self.rows[self.aliases.get(name, name)]
-
-    @property
-    def writes_tied(self) -> bool:
-        """Are tied copies written? A user's model holds them by name; transformers' classes
-        tie them themselves on loading (its table says so)."""
-        return self.write_tied
 
     @property
     def relative(self) -> bool:
@@ -388,32 +382,3 @@ def _expand_pairs(pairs: dict[str, str], num_layers: int) -> dict[str, str]:
             zip(catalog.expand(key, num_layers), catalog.expand(value, num_layers), strict=True)
         )
     return out
-
-
-# Until bertconv.yours and verify take them from the catalog itself.
-def architecture(model_type: str = "bert") -> dict:
-    return catalog.architecture(model_type)
-
-
-def anchors(model_type: str = "bert") -> dict[str, list[str]]:
-    return catalog.anchors(model_type)
-
-
-def outputs(model_class: str, model_type: str = "bert") -> list[tuple[str, str, bool]]:
-    return catalog.outputs(model_class, model_type)
-
-
-def classes(model_type: str = "bert") -> dict[str, list[str]]:
-    return catalog.classes(model_type)
-
-
-def group_names(model_type: str = "bert") -> list[str]:
-    return catalog.group_names(model_type)
-
-
-def has_pooler(class_name: str, model_type: str = "bert") -> bool:
-    return catalog.has_pooler(class_name, model_type)
-
-
-shapes = catalog.shapes
-relative_names = catalog.relative_names

@@ -14,24 +14,16 @@ from pathlib import Path
 
 import torch
 
-from . import files, storage
-from .api import build, convert_read, resolve
+from . import catalog, files, storage
+from .api import build, official, resolve
 from .checkpoint import Checkpoint, read_checkpoint
 from .config import BertConfig
-from .convert import Conversion, Selection, convert_reading, read_official
-from .errors import CheckpointError, MissingDependencyError, NotBertError, UsageError
-from .mapping import (
-    OFFICIAL,
-    architecture,
-    classes,
-    layout,
-    layout_names,
-    recognised_only,
-    refusal,
-    shapes,
-)
+from .convert import FITTING, Conversion, Reading, Selection, convert_reading
+from .errors import CheckpointError, MissingDependencyError, UsageError
+from .mapping import Table, identify, layout
 from .model import BertModel
 from .outputs import POOLER, Output, compared, heads
+from .tables import OFFICIAL
 from .yours.diagnose import Diagnosis
 
 FLOAT32_MAX_ABS = 1e-5
@@ -122,26 +114,27 @@ def pick_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def reference_model(ckpt: Checkpoint, ours: Conversion):
+def reference_model(ckpt: Checkpoint, reading: Reading, ours: Conversion):
     """transformers' own class for the file, holding the tensors bertconv read from it. A file
     in the official layout is handed over under the names the file gives them, which
     transformers maps itself (legacy gamma/beta, the `bert.` prefix): independently of
     bertconv's tables. A file in another layout is first put into official names."""
-    transformers = _transformers()
+    transformers, kind = _transformers(), ckpt.config.model_type
     cls = getattr(transformers, ours.model_class)
     pooler = "pooler" in ours.groups
     # A pooler that transformers' class has no place for (an older task checkpoint's) stays out.
-    keeps_pooler = "pooler" in classes()[ours.model_class] or ours.model_class == "BertModel"
+    keeps_pooler = catalog.has_pooler(ours.model_class, kind)
     groups = ours.groups - ({"pooler"} if not keeps_pooler else set())
     if ckpt.layout == OFFICIAL:
         tensors = _only(ckpt, groups)
     else:
-        tensors = convert_read(ckpt, OFFICIAL, Selection("exactly", groups)).state_dict
+        official_table, chosen = layout(OFFICIAL, ckpt.config), Selection("exactly", groups)
+        tensors = convert_reading(reading, ckpt.config, official_table, chosen, "").state_dict
     maps = {}
     state_dict = {name: storage.to_torch(t, maps) for name, t in tensors.items()}
     extra = {"add_pooling_layer": pooler} if ours.model_class == "BertModel" else {}
     try:
-        config_class = getattr(transformers, architecture()["config_class"])
+        config_class = getattr(transformers, catalog.architecture(kind)["config_class"])
         config = config_class.from_dict(ckpt.config_dict)
         model, info = cls.from_pretrained(
             None,
@@ -166,15 +159,12 @@ def _only(ckpt: Checkpoint, groups: frozenset[str]) -> dict:
     """The file's tensors, under its own names, of the encoder and `groups` (and its buffers).
     Tied copies stay out: transformers ties them itself."""
     table = layout(OFFICIAL, ckpt.config)
-    wanted = set(shapes(ckpt.config, sorted(groups)))  # the encoder's too
+    wanted = set(catalog.shapes(ckpt.config, sorted(groups)))  # the encoder's too
     return {
         name: t
         for name, t in ckpt.state_dict.items()
-        if name in table.ignored
-        or (
-            name not in table.tied
-            and set(table.rows[table.aliases.get(name, name)].official) <= wanted
-        )
+        if (place := table.place(name)) == "ignored"
+        or (place in ("row", "alias") and set(table.row_of(name).official) <= wanted)
     }
 
 
@@ -279,16 +269,18 @@ def verify(
     ckpt = read_checkpoint(src.path, from_layout, src.weights)
     _implements(_transformers(), ckpt.config)
     nonfinite = storage.nonfinite(ckpt.state_dict)
+    reading = official(ckpt)  # handed on to every model below, and to the diagnosis
     if model is None:
-        conversion = convert_read(ckpt, "bertconv")
+        bertconv = layout("bertconv", ckpt.config)
+        conversion = convert_reading(reading, ckpt.config, bertconv, FITTING, str(ckpt.path))
         ours = Ours(
             build(conversion, ckpt.config), heads(conversion.model_class, ckpt.config.model_type)
         )
         name = conversion.model_class
     else:
-        ours = Yours(ckpt, model, model_layout)
+        ours = Yours(ckpt, reading, model, model_layout)
         conversion, name = ours.conversion, model
-    reference = reference_model(ckpt, conversion)
+    reference = reference_model(ckpt, reading, conversion)
     batches = inputs(src.path, ckpt.config, conversion.model_class)
     batches = {k: ours.prepare(b) for k, b in batches.items()}
     report = Report(src.name, name, str(dev), dtype, list(batches), nonfinite=nonfinite)
@@ -346,27 +338,23 @@ class Yours(Ours):
     table gives them (the table whose names are the model's, unless one is given), every
     hidden state and head read from a trace of its forward."""
 
-    def __init__(self, ckpt: Checkpoint, spec: str, table_name: str | None):
+    def __init__(self, ckpt: Checkpoint, reading: Reading, spec: str, table_name: str | None):
         from .yours.harness import load, load_weights
         from .yours.reading import anchors
 
         self.harness = load(spec, ckpt.config_dict, ckpt.config, random_batch(ckpt.config))
         model = self.harness.model
-        reading = read_official(
-            ckpt.state_dict,
-            ckpt.config,
-            layout(ckpt.layout, ckpt.config),
-            str(ckpt.path),
-            ckpt.config_dict.get("architectures"),
-        )
-        table, groups = _table_for(model, ckpt.config, table_name, spec)
+        shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
+        buffers = frozenset(n for n, _ in model.named_buffers())
+        found = identify(shapes, ckpt.config, table_name, buffers=buffers, source=spec)
+        table, groups = layout(found.layout, ckpt.config), found.groups
         self.table = table
         kept, self.reading = groups & reading.groups, reading
         self.conversion = convert_reading(
             reading, ckpt.config, table, Selection("exactly", kept), str(ckpt.path)
         )
-        absent = _names_of(table, ckpt.config, groups - kept)
-        absent -= _names_of(table, ckpt.config, kept)
+        absent = _head_names(table, ckpt.config, groups - kept)
+        absent -= _head_names(table, ckpt.config, kept)
         load_weights(model, spec, self._tensors(), absent)
         self.notes = _not_compared(table, ckpt.config, groups - kept, kept)
         self.anchors = anchors(table, ckpt.config, set(self.conversion.groups))
@@ -435,8 +423,8 @@ def _not_compared(table, config: BertConfig, absent, kept) -> list[str]:
     share their tensors, a classifier read three ways, named together)."""
     by_names: dict[frozenset, list[str]] = {}
     for group in sorted(absent - {"pooler"}):
-        names = frozenset(_names_of(table, config, {group}))
-        if not names <= _names_of(table, config, kept):
+        names = frozenset(_head_names(table, config, {group}))
+        if not names <= _head_names(table, config, kept):
             by_names.setdefault(names, []).append(group)
     return [
         f"{' / '.join(groups)}: the checkpoint has none (your model's keeps its own weights)"
@@ -444,65 +432,10 @@ def _not_compared(table, config: BertConfig, absent, kept) -> list[str]:
     ]
 
 
-def _table_for(model, config: BertConfig, given: str | None, spec: str):
-    """The table whose names are exactly the model's (the given one, or the first shipped one),
-    and the groups of it the model holds. By the names alone: nothing is converted."""
-    own_buffers = {n for n, _ in model.named_buffers()}
-    names = set(model.state_dict())
-    tables = [given] if given else [n for n in layout_names() if not refusal(n)]
-    for name in tables:
-        table = layout(name, config)
-        held = _held(table, config, names)
-        written = _names_of(table, config, held, held, encoder=True)
-        if written - own_buffers == names - own_buffers:
-            return table, held
-        if given:
-            missing = sorted(names - written - own_buffers)
-            unexpected = sorted(written - names - own_buffers)
-            raise CheckpointError(
-                f"--model {spec!r}: the table's names do not fit the model: the model has "
-                f"{missing[:8]}, which the table does not name; the table names "
-                f"{unexpected[:8]}, which the model lacks. Check the table (`bertconv infer` "
-                "writes one for your model)."
-            )
-    found = recognised_only({n: tuple(t.shape) for n, t in model.state_dict().items()})
-    if found is not None:  # BERT-pytorch's names: a model bertconv knows does not compute BERT
-        raise NotBertError(f"--model {spec!r}: is in the {found!r} layout.\n{refusal(found)}")
-    raise UsageError(
-        f"--model {spec!r}: no shipped layout names its tensors; give its table with --layout "
-        "(`bertconv infer` writes one)"
-    )
-
-
-def _held(table, config: BertConfig, names: set[str]) -> frozenset[str]:
-    """The groups of `table` whose every name the model has: the heads, then the prefixed
-    groups (transformers' encoder and pooler), named as they are beside those heads."""
-
-    def holds(group: str, beside=frozenset()) -> bool:
-        found = _names_of(table, config, {group}, beside)
-        return bool(found) and found <= names
-
-    heads = {g for g in table.groups - table.prefixed if holds(g)}
-    return frozenset(heads | {g for g in table.groups & table.prefixed if holds(g, heads)})
-
-
-def _names_of(
-    table, config: BertConfig, groups, beside=frozenset(), encoder: bool = False
-) -> set[str]:
-    """The names a table writes for the official tensors of `groups`, as write_layout writes
-    them beside the groups `beside` (a prefix on some, where a head is there); with the
-    encoder's (its relative positions' where config.json has them) and buffers, if asked."""
-    officials = set(shapes(config, sorted(groups)))
-    if not encoder:
-        officials -= set(shapes(config, []))
-    prefix = table.prefix if set(beside) - table.prefixed else ""
-    rows = {
-        (prefix + n if row.group in table.prefixed else n)
-        for n, row in table.rows.items()
-        if set(row.official) & officials
-    }
-    tied = {c for c, o in table.tied.items() if o in rows} if table.writes_tied else set()
-    return rows | tied | (set(table.generated) if encoder else set())
+def _head_names(table: Table, config: BertConfig, groups) -> set[str]:
+    """The names a table writes for the heads `groups` (the encoder's tensors left out)."""
+    encoder = set(catalog.shapes(config, []))
+    return set(table.written(set(catalog.shapes(config, sorted(groups))) - encoder, frozenset()))
 
 
 def inputs(path: Path, config: BertConfig, model_class: str) -> dict[str, dict]:

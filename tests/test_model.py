@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import bertconv
-import bertconv.mapping
+import bertconv.catalog
 import bertconv.model
 from bertconv.config import ACTIVATIONS, BertConfig
 from bertconv.errors import CheckpointError
@@ -212,7 +212,7 @@ def test_attention_on_the_packed_tokens_computes_what_the_padded_one_does(
         assert (a[real] - b[real]).abs().max() < 1e-5
 
 
-@pytest.mark.parametrize("name", bertconv.mapping.classes())
+@pytest.mark.parametrize("name", bertconv.catalog.classes("bert"))
 def test_each_class_has_a_pooler_where_transformers_class_does(name):
     import transformers
 
