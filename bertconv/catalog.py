@@ -126,22 +126,6 @@ def has_pooler(class_name: str, model_type: str) -> bool:
     return "pooler" in spec["groups"] or spec.get("pooler", False)
 
 
-def class_for(heads: set[str], model_type: str, fits=None, hints=()) -> str | None:
-    """The one rule for which class a file's heads make. `heads`: its official tensors outside
-    the encoder. A class is a candidate where every tensor of its groups is there, with nothing
-    else but a pooler's (older task checkpoints carried one they did not read); of those, the
-    first that `fits` (its shapes fit, say), config.json's `architectures` (`hints`) first. None
-    where no class holds them and fits."""
-    pooler = group_tensors(model_type)["pooler"]
-    candidates = []
-    for name, wanted in classes(model_type).items():
-        needed = set().union(*(group_tensors(model_type)[g] for g in wanted))
-        if needed <= heads and heads - needed <= pooler:
-            candidates.append(name)
-    fitting = [c for c in candidates if fits is None or fits(c)]
-    return ([c for c in fitting if c in hints] or fitting or [None])[0]
-
-
 def shapes(config: BertConfig, groups: list[str] | tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     """The official tensors of the encoder and `groups`, with the shapes config.json implies."""
     return _shapes(config_key(config), tuple(groups))

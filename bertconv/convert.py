@@ -19,7 +19,7 @@ from . import catalog, storage
 from .catalog import ENCODER, relative_names, shapes
 from .config import BertConfig
 from .errors import CheckpointError, UsageError
-from .mapping import Table, class_for, identify, layout
+from .mapping import Table, class_for, class_of, identify, layout
 from .tables import OFFICIAL, refusal
 from .transforms import REGISTRY
 
@@ -201,38 +201,18 @@ def _hints(hint: object) -> list[str]:
 def _identify(
     official: dict, config: BertConfig, src: Table, hints: list[str], problems: Problems
 ) -> tuple[str, frozenset[str]]:
-    """The class the file's groups make (catalog.class_for: the one rule). A group comes
-    whole: one only partly there is named, tensor by tensor."""
-    present, encoder, kind = set(official), set(shapes(config, [])), config.model_type
-    names = {g: set(shapes(config, [g])) - encoder for g in catalog.group_names(kind)}
-    partial = {n for group in names.values() if group & present for n in group - present}
-    problems.missing += [_layout_name(n, src) for n in sorted(partial)]
-    classes = catalog.classes(kind)
-
-    def fits(name: str) -> bool:
-        return _fits(official, config, classes[name])
-
-    heads = present - encoder  # where no class's shapes fit, the first: its shapes are named
-    chosen = None
-    if not partial:
-        chosen = catalog.class_for(heads, kind, fits, hints) or catalog.class_for(heads, kind)
-    if chosen is None:
-        if not partial:
-            held = sorted(g for g, group in names.items() if group <= present)
+    """The class the file's groups make (mapping.class_of). A group comes whole: one only
+    partly there is named, tensor by tensor."""
+    found = class_of({n: tuple(t.shape) for n, t in official.items()}, config, hints)
+    problems.missing += [_layout_name(n, src) for n in found.partial]
+    if found.model_class is None:
+        if not found.partial:
             problems.unexpected.append(
-                f"(the heads {', '.join(held)} together make no BERT class transformers writes)"
+                f"(the heads {', '.join(found.held)} together make no BERT class transformers "
+                "writes)"
             )
         return "BertModel", frozenset()
-    pooler = {"pooler"} if names["pooler"] <= present else set()
-    return chosen, frozenset(classes[chosen]) | pooler
-
-
-def _fits(official: dict, config: BertConfig, groups: list[str]) -> bool:
-    return all(
-        tuple(official[n].shape) == shape
-        for n, shape in shapes(config, groups).items()
-        if n in official
-    )
+    return found.model_class, found.groups
 
 
 def select_groups(

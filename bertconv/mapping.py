@@ -22,7 +22,6 @@ from .tables import (
     layout_names,
     read,
     read_off,
-    recognised_only,
     refusal,
     row_targets,
     source_of,
@@ -259,18 +258,69 @@ def _held(table: Table, config: BertConfig, names: set[str]) -> frozenset[str]:
     return frozenset(heads | {g for g in table.groups & table.prefixed if holds(g, heads)})
 
 
+def recognised_only(shapes: dict[str, tuple[int, ...]]) -> str | None:
+    """The shipped layout, of those recognised but never converted, whose rows name most (over
+    half) of a file's tensors, if there is one. `shapes`: the file's tensors' shapes, by name."""
+    for name in layout_names():
+        if refusal(name) and 2 * len(read_off(name, shapes)[0]) > len(shapes):
+            return name
+    return None
+
+
+@dataclass(frozen=True)
+class ClassFound:
+    """The class a file's official tensors make, and how."""
+
+    model_class: str | None  # None where they make none
+    groups: frozenset[str]  # the class's groups, and the pooler where the file has one
+    partial: tuple[str, ...]  # tensors missing from groups only partly there (a group is whole)
+    held: tuple[str, ...]  # the groups wholly there
+
+
+def class_of(shapes: dict[str, tuple[int, ...]], config: BertConfig, hints=()) -> ClassFound:
+    """Which class a file's official tensors (`shapes`, by name) make: among the classes whose
+    groups' tensors are all there, with nothing else but a pooler's (older task checkpoints
+    carried one they did not read), the first whose shapes fit, config.json's `architectures`
+    (`hints`) first; where none fits, the first (its shapes are then named)."""
+    kind, encoder = config.model_type, set(catalog.shapes(config, []))
+    names = {g: set(catalog.shapes(config, [g])) - encoder for g in catalog.group_names(kind)}
+    present = set(shapes)
+    partial = tuple(sorted(n for g in names.values() if g & present for n in g - present))
+    held = tuple(sorted(g for g, group in names.items() if group <= present))
+    candidates = [] if partial else _candidates(present - encoder, kind)
+
+    def fits(name: str) -> bool:
+        wanted = catalog.shapes(config, catalog.classes(kind)[name])
+        return all(shapes[n] == s for n, s in wanted.items() if n in shapes)
+
+    fitting = [c for c in candidates if fits(c)]
+    chosen = ([c for c in fitting if c in hints] or fitting or candidates or [None])[0]
+    if chosen is None:
+        return ClassFound(None, frozenset(), partial, held)
+    pooler = {"pooler"} if names["pooler"] <= present else set()
+    return ClassFound(chosen, frozenset(catalog.classes(kind)[chosen]) | pooler, partial, held)
+
+
 def class_for(groups: set[str] | frozenset[str], model_type: str = "bert") -> str:
-    """The class a set of groups makes: catalog.class_for, the one rule, on their tensors, the
-    class's groups those (a pooler aside)."""
+    """The class a set of groups makes: the one rule on their tensors, the class's groups those
+    (a pooler aside)."""
     heads = set().union(*(catalog.group_tensors(model_type)[g] for g in groups))
+    for name in _candidates(heads, model_type):
+        if set(catalog.classes(model_type)[name]) - {"pooler"} == set(groups) - {"pooler"}:
+            return name
+    raise ValueError(f"no class holds the groups {sorted(groups)}")
 
-    def exactly(name: str) -> bool:
-        return set(catalog.classes(model_type)[name]) - {"pooler"} == set(groups) - {"pooler"}
 
-    found = catalog.class_for(heads, model_type, exactly)
-    if found is None:
-        raise ValueError(f"no class holds the groups {sorted(groups)}")
-    return found
+def _candidates(heads: set[str], model_type: str) -> list[str]:
+    """The one rule: the classes, in the catalog's order, whose groups' every tensor is among
+    `heads` (official tensors outside the encoder), with nothing else but a pooler's."""
+    found = catalog.group_tensors(model_type)
+    out = []
+    for name, wanted in catalog.classes(model_type).items():
+        needed = set().union(*(found[g] for g in wanted))
+        if needed <= heads and heads - needed <= found["pooler"]:
+            out.append(name)
+    return out
 
 
 def forget() -> None:

@@ -351,15 +351,6 @@ def refusal(name: str) -> str:
     return raw(name).get(REFUSED, "")
 
 
-def recognised_only(shapes: dict[str, tuple[int, ...]]) -> str | None:
-    """The shipped layout, of those recognised but never converted, whose rows name most (over
-    half) of a file's tensors, if there is one. `shapes`: the file's tensors' shapes, by name."""
-    for name in layout_names():
-        if refusal(name) and 2 * len(read_off(name, shapes)[0]) > len(shapes):
-            return name
-    return None
-
-
 def read_off(name: str, shapes: dict[str, tuple[int, ...]]) -> tuple[list[str], dict[str, int]]:
     """The file's tensors that rows of table `name` name, and the config.json sizes their shapes
     show (each as the first tensor to show it does; num_hidden_layers: one more than the highest
