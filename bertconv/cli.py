@@ -44,6 +44,9 @@ LayoutOption = Annotated[
         "(./mybert.toml; `bertconv infer` writes one for your model).",
     ),
 ]
+Source = Annotated[
+    str, typer.Argument(help="Checkpoint directory (or a weights file in one), or a Hub model id.")
+]
 Out = Annotated[
     Path | None,
     typer.Option(help="Output directory [default: ./NAME-LAYOUT]. Files in it are replaced whole."),
@@ -90,8 +93,6 @@ def printable(text: str) -> str:
     """`text` with every character a terminal would act on (escape sequences, carriage
     returns, bidirectional overrides) written as its escape; line breaks are kept, for bertconv's
     own messages have several lines (names from files never hold one: they are refused)."""
-    if text.isprintable() or all(c.isprintable() or c == "\n" for c in text):
-        return text
     return "".join(c if c.isprintable() or c == "\n" else ascii(c)[1:-1] for c in text)
 
 
@@ -127,10 +128,7 @@ def layouts() -> None:
 
 @command
 def convert(
-    source: Annotated[
-        str,
-        typer.Argument(help="Checkpoint directory (or a weights file in one), or a Hub model id."),
-    ],
+    source: Source,
     to: LayoutOption = "bertconv",
     out: Out = None,
     revision: Revision = None,
@@ -151,11 +149,14 @@ def convert(
     Any of transformers' BERT classes converts: the pooler and each head are named groups
     (`bertconv inspect` lists a checkpoint's); those the layout has no place for are left out,
     and said to be."""
-    from .api import resolve
+    from .api import convert_checkpoint, resolve
 
     _check_layout(to, source)
     selection = _selection(heads, groups)
-    _convert(resolve(source, revision, say), to, out, from_layout, selection)
+    src = resolve(source, revision, say)
+    out = out or _default_out(src.name, to)
+    _report(convert_checkpoint(src, out, to, from_layout, selection), to, out)
+    typer.echo(out)
 
 
 @command
@@ -223,14 +224,6 @@ def _default_out(name: str, to: str) -> Path:
     return Path(f"{Path(name).name}-{Path(to).stem}")
 
 
-def _convert(src, to: str, out: Path | None, from_layout: str | None, heads) -> None:
-    from .api import convert_checkpoint
-
-    out = out or _default_out(src.name, to)
-    _report(convert_checkpoint(src, out, to, from_layout, heads), to, out)
-    typer.echo(out)
-
-
 def _report(converted, to: str, out: Path) -> None:
     result = converted.conversion
     for group, why in result.dropped.items():
@@ -239,12 +232,10 @@ def _report(converted, to: str, out: Path) -> None:
         say(f"skipped {result.slots} optimizer slots (adam_m, adam_v): training state, no weight")
     if result.skipped:
         say(f"skipped {_listed(result.skipped, 4)}: not weights (buffers, a step count)")
-    if converted.nonfinite:
-        names = converted.nonfinite
-        shown = _listed(names)
+    if names := converted.nonfinite:
         say(
             f"warning: {len(names)} tensors of the source hold NaN or Inf, copied as they are: "
-            f"{shown}"
+            + _listed(names)
         )
     groups = ", ".join(sorted(result.groups)) or "the encoder alone"
     say(
@@ -255,10 +246,7 @@ def _report(converted, to: str, out: Path) -> None:
 
 @command
 def inspect(
-    source: Annotated[
-        str,
-        typer.Argument(help="Checkpoint directory (or a weights file in one), or a Hub model id."),
-    ],
+    source: Source,
     revision: Revision = None,
     from_layout: FromLayout = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
@@ -398,10 +386,11 @@ def _check_table_out(out: Path, reads: list) -> None:
 
 def _write_table(out: Path, text: str) -> None:
     """Written aside, then renamed into place: never half a table."""
-    import secrets
     from contextlib import suppress
 
-    tmp = out.with_name(f".{out.name}.bertconv-{secrets.token_hex(6)}.partial")
+    from .files import partial
+
+    tmp = partial(out)
     try:
         tmp.write_text(text)
         os.replace(tmp, out)
@@ -459,10 +448,7 @@ def verify(
     if layout is not None and model is None:
         raise UsageError("--layout names the table of --model's names; give --model too")
     report = run_verify(source, device, dtype, revision, from_layout, model, layout)
-    if as_json:
-        show(json.dumps(report.to_dict(), indent=2))
-    else:
-        show(format_report(report))
+    show(json.dumps(report.to_dict(), indent=2) if as_json else format_report(report))
     raise typer.Exit(0 if report.passed else 1)
 
 
@@ -485,12 +471,8 @@ def format_report(report) -> str:
         lines += [f"  {name}" for name in report.nonfinite]
     if report.diagnosis is not None:
         lines.append(report.diagnosis.message())
-    if report.passed:
-        lines.append("PASSED")
-    elif report.nonfinite:
-        lines.append("FAILED: weights hold NaN or Inf")
-    else:
-        lines.append("FAILED: outside tolerance")
+    failed = "weights hold NaN or Inf" if report.nonfinite else "outside tolerance"
+    lines.append("PASSED" if report.passed else f"FAILED: {failed}")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ import secrets
 import shutil
 import stat
 from contextlib import contextmanager, suppress
+from itertools import takewhile
 from pathlib import Path
 from typing import BinaryIO
 
@@ -32,17 +33,14 @@ JSON_DEPTH = 32
 PARTIAL = re.compile(r"^\..+\.bertconv-[0-9a-f]{12}\.partial$")
 
 
-def _kind(mode: int) -> str:
-    for test, name in [
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ]:
-        if test(mode):
-            return name
-    return "not a regular file"
+KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+LOCK_TRIES = 100
 
 
 def open_regular(path: Path) -> BinaryIO:
@@ -58,7 +56,8 @@ def open_regular(path: Path) -> BinaryIO:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise CheckpointError(f"{path}: is {_kind(mode)}, not a file; bertconv reads files only")
+        kind = KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise CheckpointError(f"{path}: is {kind}, not a file; bertconv reads files only")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
@@ -119,13 +118,7 @@ def _json_type(value) -> str:
 def plain_name(name: object, where: str) -> str:
     """A file name read from a file, checked to name a file in the same directory: never a path
     (no separator, no `..`), so that a hostile index cannot point bertconv at /etc/passwd."""
-    if (
-        not isinstance(name, str)
-        or name in ("", ".", "..")
-        or "/" in name
-        or "\\" in name
-        or "\0" in name
-    ):
+    if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0"):
         raise CheckpointError(
             f"{where}: names {name!r} as a file; only plain file names in the same directory "
             "are accepted"
@@ -206,24 +199,17 @@ class Output:
             except FileNotFoundError:
                 continue
             fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed, or the process ends
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                self.fd = fd
-                return
+            with suppress(FileNotFoundError):
+                if os.path.samestat(os.fstat(fd), os.stat(self.path)):
+                    self.fd = fd
+                    return
             # The writer before us made the directory, failed, and removed it: start again.
             os.close(fd)
         raise OSError(errno.EAGAIN, "other writers keep removing it")
 
     def _make_directories(self) -> None:
-        missing = []
-        for parent in [self.path, *self.path.parents]:
-            if os.path.lexists(parent):
-                break
-            missing.append(parent)
-        for directory in reversed(missing):
+        missing = takewhile(lambda p: not os.path.lexists(p), [self.path, *self.path.parents])
+        for directory in reversed(list(missing)):
             try:
                 directory.mkdir()
             except FileExistsError:
@@ -236,11 +222,10 @@ class Output:
         ours = {tmp.name for tmp, _ in self.staged}
         for name in os.listdir(self.path):
             path = self.path / name
-            if PARTIAL.match(name) and name not in ours and not self._reads(path):
+            if not PARTIAL.match(name) or name in ours:
+                continue
+            if not any(_same_file(path, source) for source in self.protected):
                 path.unlink(missing_ok=True)
-
-    def _reads(self, path: Path) -> bool:
-        return any(_same_file(path, source) for source in self.protected)
 
     def check_not_source(self, directory: Path, files: list[Path], names: list[str]) -> None:
         """Refuse to write where the source lives: into its directory (by any spelling), or onto
@@ -263,7 +248,7 @@ class Output:
     def stage(self, name: str) -> Path:
         """A new path beside `name` to write it to."""
         final = self.path / name
-        tmp = final.with_name(f".{name}.bertconv-{secrets.token_hex(6)}.partial")
+        tmp = partial(final)
         tmp.touch(exist_ok=False)
         self.staged.append((tmp, final))
         return tmp
@@ -317,7 +302,9 @@ class Output:
             self.fd = None
 
 
-LOCK_TRIES = 100
+def partial(path: Path) -> Path:
+    """A new name beside `path`, of the form PARTIAL (which only bertconv uses)."""
+    return path.with_name(f".{path.name}.bertconv-{secrets.token_hex(6)}.partial")
 
 
 def _set_aside(final: Path) -> Path | None:
@@ -325,7 +312,7 @@ def _set_aside(final: Path) -> Path | None:
     (the original stays in place till replaced), or, where links are refused, a rename."""
     if not os.path.lexists(final):
         return None
-    aside = final.with_name(f".{final.name}.bertconv-{secrets.token_hex(6)}.partial")
+    aside = partial(final)
     try:
         os.link(final, aside, follow_symlinks=False)
     except OSError:
@@ -374,22 +361,16 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def source_root(directory: Path) -> Path:
-    """How far a source's symlinks may lead: its directory, or, for a snapshot in the Hugging
-    Face cache (whose files are links into the repository's blobs), the cached repository."""
-    directory = Path(directory).resolve()
-    if directory.parent.name == "snapshots" and directory.parent.parent.name.startswith(
+def confined(path: Path) -> Path:
+    """`path`, where it (through any symlinks) stays within its directory, or, for a snapshot in
+    the Hugging Face cache (whose files are links into the repository's blobs), within the cached
+    repository; refused, by name, where a link leads out of it."""
+    path = Path(path)
+    root = path.parent.resolve()
+    if root.parent.name == "snapshots" and root.parents[1].name.startswith(
         ("models--", "datasets--", "spaces--")
     ):
-        return directory.parent.parent
-    return directory
-
-
-def confined(path: Path) -> Path:
-    """`path`, where it (through any symlinks) stays within its source's root; refused, by
-    name, where a link leads out of it."""
-    path = Path(path)
-    root = source_root(path.parent)
+        root = root.parents[1]
     target = path.resolve()
     if not target.is_file():  # a device, a FIFO, nothing: the reader refuses it as such
         return path
