@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from . import files, pickles, storage, writing
+from . import files, h5weights, pickles, storage, tfbundle, writing
 from .errors import BertconvError, CheckpointError, NotFoundError
 
 # What a conversion into a TensorFlow layout writes, as google-research/bert's releases ship it.
@@ -97,15 +97,10 @@ def weight_map_of(index: Path) -> dict[str, str]:
 
 
 def _tf_found(directory: Path) -> Found | None:
-    index = tf_checkpoint(directory)
-    return None if index is None else (None, [index])
-
-
-def tf_checkpoint(directory: Path) -> Path | None:
     """The .index file of the directory's TensorFlow checkpoint: the one its `checkpoint` file
     names, where it has one; else the only one."""
     if files.is_present(directory / "checkpoint"):
-        return _named_checkpoint(directory)
+        return None, [_named_checkpoint(directory)]
     indexes = _indexes(directory)
     if len(indexes) > 1:
         raise CheckpointError(
@@ -113,7 +108,7 @@ def tf_checkpoint(directory: Path) -> Path | None:
             f"({', '.join(p.stem for p in indexes)}) and no `checkpoint` file saying which is "
             "the model's; keep one"
         )
-    return indexes[0] if indexes else None
+    return (None, indexes) if indexes else None
 
 
 def _indexes(directory: Path) -> list[Path]:
@@ -151,11 +146,8 @@ def _model_checkpoint_path(record: Path) -> str:
     if len(data) > RECORD_LIMIT:
         raise CheckpointError(f"{record}: larger than 64 KB, more than a `checkpoint` file")
     text = data.decode("utf-8", "replace")
-    named = []
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model_checkpoint_path":
-            named.append(value.strip().strip('"'))
+    pairs = (line.partition(":") for line in text.splitlines())
+    named = [v.strip().strip('"') for k, _, v in pairs if k.strip() == "model_checkpoint_path"]
     if len(named) != 1:
         # TensorFlow reads the last of several; a file that says two things is refused.
         said = "no model_checkpoint_path" if not named else "model_checkpoint_path twice"
@@ -231,15 +223,11 @@ def _read_bin(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
 
 
 def _read_tf(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
-    from . import tfbundle
-
     return tfbundle.read_bundle(path.with_suffix(""), progress or (lambda n: None)), {}
 
 
 def _read_h5(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
-    from .h5weights import read_h5
-
-    return read_h5(path), {}
+    return h5weights.read_h5(path), {}
 
 
 def _write_safetensors(out: files.Output, tensors: dict, metadata: dict, progress) -> None:
@@ -248,8 +236,6 @@ def _write_safetensors(out: files.Output, tensors: dict, metadata: dict, progres
 
 def _write_tf(out: files.Output, tensors: dict, metadata: dict, progress) -> None:
     """A bundle has no room for metadata: it is known by its file names."""
-    from . import tfbundle
-
     data = out.stage(tfbundle.data_file(Path(TF_PREFIX)).name)
     index = out.stage(f"{TF_PREFIX}.index")  # the index last: it makes the checkpoint
     tfbundle.write_bundle(index, data, tensors, progress)
@@ -298,11 +284,7 @@ FORMATS = [
 
 def found_in(directory: Path) -> tuple[Format, Found] | None:
     """The first form of weights `directory` holds, and its files."""
-    for form in FORMATS:
-        found = form.find(directory)
-        if found is not None:
-            return form, found
-    return None
+    return next(((form, found) for form in FORMATS if (found := form.find(directory))), None)
 
 
 def of_file(path: Path) -> Format:
