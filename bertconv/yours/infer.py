@@ -24,7 +24,6 @@ import itertools
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from .. import storage
 from ..catalog import ENCODER, shapes
@@ -32,19 +31,7 @@ from ..config import BertConfig
 from ..errors import NotBertError, UsageError
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
-from .assign import (
-    Assignment,
-    Model,
-    fits,
-    global_choices,
-    head_choices,
-    is_norm,
-    layer_choices,
-    pooler_choices,
-    raw_table,
-    sections,
-    table_text,
-)
+from . import assign
 from .harness import Harness, load
 from .reading import anchors, outputs_of, read
 from .trace import Trace
@@ -94,20 +81,23 @@ class Probe:
     bias random too, so that none can be mistaken for another), and the batch both read."""
 
     def __init__(self, harness: Harness, config: BertConfig, groups: frozenset[str]):
+        from ..api import build
+        from ..convert import Conversion, write_layout
         from ..verify import random_batch
 
-        self.harness, self.config, self.groups = harness, config, groups
+        self.harness, self.config = harness, config
         self.model_class = class_for(set(groups), config.model_type)
         self.heads = heads(self.model_class, config.model_type)
         self.official = random_weights(config, groups)
-        self.reference = _reference(self.official, config, self.model_class, groups)
+        ours = write_layout(self.official, config, layout("bertconv", config), groups)
+        self.reference = build(Conversion(ours, self.model_class, groups, {}, [], 0), config)
         self.batch = harness.prepare(random_batch(config, PROBE_LENGTH))
         self.expected = compared(self.reference, self.batch, self.heads)
         self.trials = 0
 
     def traced(self, raw: dict):
         """The user's model holding the random weights through table `raw`, run traced: the
-        run, the table and its groups."""
+        run, the table and the anchors of each output through it."""
         from ..convert import write_layout
 
         table = expand(raw, raw["name"], self.config)
@@ -116,17 +106,17 @@ class Probe:
         self.harness.model.load_state_dict(
             {n: storage.to_torch(t) for n, t in tensors.items()}, strict=False
         )
-        return self.harness.run(self.batch, guard=False), table, groups
+        found = anchors(table, self.config, set(groups))
+        return self.harness.run(self.batch, guard=False), table, found
 
     def run(self, raw: dict) -> dict[str, float] | None:
         """How far the user's model, holding the random weights through table `raw`, is from
         BERT at each compared output; None where the table does not fit it."""
         self.trials += 1
         try:
-            run, table, groups = self.traced(raw)
+            run, _, found = self.traced(raw)
         except Exception:  # a wrong candidate may break the user's forward in any way
             return None
-        found = anchors(table, self.config, set(groups))
         try:
             got = outputs_of(run, found, self.heads)[0]
         except UsageError:
@@ -142,8 +132,7 @@ class Probe:
         """Where and why the model, through table `raw`, differs inside output `row`."""
         from .diagnose import diagnose
 
-        run, table, groups = self.traced(raw)
-        found = anchors(table, self.config, set(groups))
+        run, table, found = self.traced(raw)
         pooled = read(run, found).get(POOLER) if row == POOLER else None
         return diagnose(run.trace, table, self.reference, row, pooled)
 
@@ -165,26 +154,14 @@ def random_weights(config: BertConfig, groups: frozenset[str]) -> dict[str, stor
     return out
 
 
-def _reference(official: dict, config: BertConfig, model_class: str, groups: frozenset[str]):
-    """bertconv's class for the groups, holding `official`."""
-    from ..api import build
-    from ..convert import Conversion, write_layout
-
-    tensors = write_layout(official, config, layout("bertconv", config), groups)
-    return build(Conversion(tensors, model_class, groups, {}, [], 0), config)
-
-
 def progress(distances: dict[str, float] | None) -> tuple[int, float]:
     """How far a candidate got: the outputs within tolerance, in order, and the error at the
     first that is not (more outputs, then a smaller error, is closer)."""
     if distances is None:
         return (-1, float("inf"))
-    done = 0
-    for value in distances.values():
-        if not value <= TOLERANCE:
-            return (done, value)
-        done += 1
-    return (done, 0.0)
+    values = list(distances.values())
+    done = next((i for i, value in enumerate(values) if not value <= TOLERANCE), len(values))
+    return (done, values[done] if done < len(values) else 0.0)
 
 
 def closeness(distances: dict[str, float] | None) -> tuple[int, float]:
@@ -206,13 +183,7 @@ def _listed(labels: list[Output]) -> str:
 def _failing_part(distances: dict[Output, float] | None) -> str | None:
     if distances is None:
         return "embeddings"
-    for label, value in distances.items():
-        if not value <= TOLERANCE:
-            return label.part
-    return None
-
-
-# Infer ---------------------------------------------------------------------------------------
+    return next((label.part for label, d in distances.items() if not d <= TOLERANCE), None)
 
 
 def infer(spec: str, config_dict: dict | None = None) -> Inference:
@@ -220,22 +191,18 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     config = BertConfig.from_dict({**PROBE, **(config_dict or {})}, "--config")
     from ..verify import random_batch
 
-    harness = load(spec, config_dict or {}, config, random_batch(config, PROBE_LENGTH))
-    model = harness.model
-    run = harness.run(
-        harness.prepare(random_batch(config, PROBE_LENGTH))
-    )  # the model's own weights: how it uses them
-    state = model.state_dict()
-    generated = generated_buffers(model, state, config)
-    params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    batch = random_batch(config, PROBE_LENGTH)
+    harness = load(spec, config_dict or {}, config, batch)
+    run = harness.run(harness.prepare(batch))  # the model's own weights: how it uses them
+    state = harness.model.state_dict()
+    params = {n for n, _ in harness.model.named_parameters(remove_duplicate=False)}
     tensors = {n: t for n, t in state.items() if n in params}
-    seen = _looked_at(model, tensors, config, spec)
-    user = _model(run.trace, tensors, config)
-    name = spec.rpartition(":")[2]
-    return Search(user, harness, config, name, spec, generated, seen).run()
+    _refuse_stacked(tensors, config, spec)
+    generated = generated_buffers(state, params, config)
+    return Search(_model(run.trace, tensors, config), harness, config, spec, generated).run()
 
 
-def _looked_at(model: nn.Module, tensors: dict, config: BertConfig, spec: str) -> list[str]:
+def _refuse_stacked(tensors: dict, config: BertConfig, spec: str) -> None:
     """Refuse a model whose layers are not one tensor per layer (all layers stacked)."""
     stacked = [
         n
@@ -247,21 +214,18 @@ def _looked_at(model: nn.Module, tensors: dict, config: BertConfig, spec: str) -
             f"{spec}: holds every layer's weights in one tensor ({', '.join(stacked[:4])}): a "
             "table maps one tensor per layer; register a tensor per layer (an nn.ParameterList)"
         )
-    return list(tensors)
 
 
-def _model(trace: Trace, tensors: dict, config: BertConfig) -> Model:
+def _model(trace: Trace, tensors: dict, config: BertConfig) -> assign.Model:
     """The user's units, those of layer 0 standing for every layer's."""
     patterns = layer_pattern({n: t.shape for n, t in tensors.items()}, config.num_hidden_layers)
     # A parameter under two names (a tied decoder) is one unit: its second name a tied copy.
-    first: dict[int, str] = {}
-    tied = {}
-    for name, t in tensors.items():
-        key = id(t) if t.data_ptr() == 0 else (t.data_ptr(), t.shape, t.stride())
-        if key in first:
-            tied[name] = first[key]
-        else:
-            first[key] = name
+    keys = {
+        n: (t.data_ptr(), t.shape, t.stride()) if t.data_ptr() else id(t)
+        for n, t in tensors.items()
+    }
+    first = {key: name for name, key in reversed(keys.items())}
+    tied = {name: first[key] for name, key in keys.items() if first[key] != name}
     distinct = {n: t for n, t in tensors.items() if n not in tied}
     units = units_from(trace, distinct, config)
     first = min(
@@ -274,44 +238,39 @@ def _model(trace: Trace, tensors: dict, config: BertConfig) -> Model:
             outside.append(unit)
         elif index == first:
             layer.append(unit)
-    return Model(layer, outside, patterns, tied, config)
+    return assign.Model(layer, outside, patterns, tied, config)
 
 
+@dataclass
 class Search:
     """The likeliest assignment, checked part by part; each part that differs mended by its
     alternatives, in order."""
 
-    def __init__(self, user, harness, config, name, spec, generated, tensors):
-        self.user, self.config, self.name, self.spec = user, config, name, spec
-        self.generated, self.tensors = generated, tensors
-        self.harness = harness
-        self.best: tuple[dict | None, dict | None] = (None, None)
+    user: assign.Model
+    harness: Harness
+    config: BertConfig
+    spec: str
+    generated: dict
+    best: tuple[dict | None, dict | None] = (None, None)
 
     def run(self) -> Inference:
-        embeddings = list(global_choices(self.user))
-        layers = list(itertools.islice(layer_choices(self.user), MAX_TRIALS))
+        embeddings = list(assign.global_choices(self.user))
+        layers = list(itertools.islice(assign.layer_choices(self.user), MAX_TRIALS))
         if not embeddings or not layers:
             return Inference(None, {}, 0, self._inventory())
         taken = {id(u) for a in (embeddings[0], layers[0]) for u in a.units.values()}
-        poolers = pooler_choices(self.user, taken) or [Assignment({})]
+        poolers = assign.pooler_choices(self.user, taken) or [assign.Assignment({})]
+        taken |= {id(u) for u in poolers[0].units.values()}
         word = embeddings[0].units["word embeddings"]
-        heads = head_choices(self.user, taken | {id(u) for u in poolers[0].units.values()}, word)
-        parts = {
-            "embeddings": embeddings,
-            "layers": layers,
-            "pooler": poolers,
-            "heads": heads or [Assignment({})],
-        }
+        heads = assign.head_choices(self.user, taken, word) or [assign.Assignment({})]
+        parts = {"embeddings": embeddings, "layers": layers, "pooler": poolers, "heads": heads}
         uncovered = self._uncovered({p: options[0] for p, options in parts.items()})
         if uncovered:
             return Inference(None, {}, 0, uncovered)
-        groups = self._groups(parts)
+        roles = self.user.roles.units
+        groups = frozenset(roles[r][1] for p in (poolers, heads) for r in p[0].units)
         self.probe = Probe(self.harness, self.config, groups)
         return self._search(parts)
-
-    def _groups(self, parts: dict) -> frozenset[str]:
-        chosen = {r for p in ("pooler", "heads") for r in parts[p][0].units}
-        return frozenset(self.user.roles.units[r][1] for r in chosen)
 
     def _search(self, parts: dict) -> Inference:
         """The likeliest choice of each part, then, at the first part whose outputs differ, its
@@ -331,23 +290,18 @@ class Search:
                     break
         if _failing_part(distances) is None:
             raw = self._raw(current)
-            text = table_text(raw, self.spec, self._notes(current))
+            text = assign.table_text(raw, self.spec, self._notes(current))
             return Inference(text, distances, self.probe.trials)
         # Said of the likeliest assignment (its earlier parts mended), as close as any in the
         # outputs it matches: another, of a smaller error by chance, would mislead a diagnosis.
         if distances is not None and progress(distances)[0] >= progress(self.best[1])[0]:
             self.best = (current, distances)
-        found = self._diagnosis()
-        reason = self._why(found)
-        return Inference(None, self.best[1] or {}, self.probe.trials, reason, found)
-
-    def _diagnosis(self):
-        """Where and why the closest assignment differs from BERT, taken apart step by step."""
         chosen, distances = self.best
-        if distances is None:
-            return None
-        row = next(label for label, d in distances.items() if not d <= TOLERANCE)
-        return self.probe.diagnose(self._raw(chosen), row)
+        found = None  # where and why the closest assignment differs, taken apart step by step
+        if distances is not None:
+            row = next(label for label, d in distances.items() if not d <= TOLERANCE)
+            found = self.probe.diagnose(self._raw(chosen), row)
+        return Inference(None, distances or {}, self.probe.trials, self._why(found), found)
 
     def _try(self, chosen: dict) -> dict | None:
         distances = self.probe.run(self._raw(chosen))
@@ -357,13 +311,14 @@ class Search:
 
     def _raw(self, chosen: dict) -> dict:
         units = {r: u for a in chosen.values() for r, u in a.units.items()}
-        merged = Assignment(
+        merged = assign.Assignment(
             units,
             {r: t for a in chosen.values() for r, t in a.transposed.items()},
             frozenset().union(*(a.swapped for a in chosen.values())),
             chosen["layers"].fused,
         )
-        return raw_table(self.name, sections(merged, self.user), self.user, self.generated)
+        name = self.spec.rpartition(":")[2]
+        return assign.raw_table(name, assign.sections(merged, self.user), self.user, self.generated)
 
     def _uncovered(self, chosen: dict) -> str | None:
         """Why no table can hold the model: tensors no part of BERT fits."""
@@ -374,7 +329,7 @@ class Search:
             for n in rows + list(raw.get("tied", {}))
             for i in range(self.config.num_hidden_layers)
         }
-        left = [n for n in self.tensors if n not in named]
+        left = [n for n in self.user.patterns if n not in named]
         if not left:
             return None
         return (
@@ -390,32 +345,28 @@ class Search:
             for u in a.units.values()
             if u.order == UNUSED and u.kind != "embedding"
         ]
-        if not unused:
-            return []
-        return [f"Never used by its forward (placed by name and shape only): {', '.join(unused)}"]
+        never = "Never used by its forward (placed by name and shape only)"
+        return [f"{never}: {', '.join(unused)}"] if unused else []
 
-    def _why(self, found=None) -> str:
-        chosen, distances = self.best
+    def _why(self, found) -> str:
+        distances = self.best[1]
+        none = "no assignment of its tensors makes it compute BERT"
         if distances is None:
             return (
-                "no assignment of its tensors makes it compute BERT: with each, its forward "
-                "fails or its outputs have other shapes than BERT's"
+                f"{none}: with each, its forward fails or its outputs have other shapes than BERT's"
             )
         done, error = progress(distances)
         labels = list(distances)
         at = labels[done] if done < len(labels) else None
-        return (
-            f"no assignment of its tensors makes it compute BERT: the closest matches "
-            f"{_listed(labels[:done])} and diverges at {at or 'the end'} (max abs "
-            f"{error:.3g} against bertconv's {self.probe.model_class})"
-            + (
-                f".\n{found.message()}"
-                if found is not None and found.step is not None
-                else ". Its tensors have BERT's shapes but it computes something else there: "
-                f"{SUSPECTS[at.part if at else 'heads']}"
-                + (f"\n{found.message()}" if found else "")
-            )
+        why = (
+            f"{none}: the closest matches {_listed(labels[:done])} and diverges at "
+            f"{at or 'the end'} (max abs {error:.3g} against bertconv's {self.probe.model_class})"
         )
+        if found is not None and found.step is not None:
+            return f"{why}.\n{found.message()}"
+        why += ". Its tensors have BERT's shapes but it computes something else there: "
+        tail = f"\n{found.message()}" if found else ""
+        return why + SUSPECTS[at.part if at else "heads"] + tail
 
     def _inventory(self) -> str:
         """What BERT has that the model's tensors cannot be, part by part."""
@@ -423,14 +374,14 @@ class Search:
         outside, layer = self.user.outside, self.user.layer
         tables = self.user.tables().items()
         missing = [f"the {name} (a ({size}, {h}) table)" for (name, size), u in tables if not u]
-        if not any(is_norm(u, h) for u in outside):
+        if not any(assign.is_norm(u, h) for u in outside):
             missing.append(f"the embeddings' LayerNorm (two ({h},) tensors)")
-        if sum(is_norm(u, h) for u in layer) < 2:
+        if sum(assign.is_norm(u, h) for u in layer) < 2:
             missing.append(f"a layer's two LayerNorms (two ({h},) tensors each)")
-        if not any(fits(u, i, h) for u in layer):
+        if not any(assign.fits(u, i, h) for u in layer):
             missing.append(f"a layer's intermediate projection ({i}, {h}) with its bias")
-        square = sum(bool(fits(u, h, h)) for u in layer)
-        fused = any(fits(u, 3 * h, h) for u in layer)
+        square = sum(bool(assign.fits(u, h, h)) for u in layer)
+        fused = any(assign.fits(u, 3 * h, h) for u in layer)
         if square < 4 and not (fused and square >= 1):
             missing.append(f"a layer's query, key, value and output projections ({h}, {h})")
         found = ", ".join(u.weight for u in outside + layer)
@@ -440,10 +391,9 @@ class Search:
         )
 
 
-def generated_buffers(model: nn.Module, state: dict, config: BertConfig) -> dict:
+def generated_buffers(state: dict, params: set[str], config: BertConfig) -> dict:
     """The model's buffers that bertconv makes (position ids: 0..n-1), for the table's
     [generated]; any other buffer (a sinusoidal table, a mask) is the model's to make."""
-    params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
     sizes = {
         getattr(config, f): f for f in ("max_position_embeddings", "vocab_size", "hidden_size")
     }
