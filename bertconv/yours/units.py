@@ -17,6 +17,8 @@ LOOKUP_CALLS = {"embedding", "__getitem__", "index_select", "take", "narrow"}
 VIEWS = {"contiguous", "float", "to", "type", "clone", "detach", "__getitem__", "narrow",
          "unsqueeze", "squeeze", "expand", "expand_as", "double", "half", "bfloat16"}  # fmt: skip
 FLIPS = {"T", "t", "mT", "H", "mH"}
+# A unit paired by names alone: its kind by (the weight's dimensions, has it a bias).
+KINDS = {(1, True): "norm", (2, True): "linear", (2, False): "embedding"}
 
 
 @dataclass
@@ -43,9 +45,6 @@ def words(name: str) -> set[str]:
     """The words of a name: `attn.W_qkv` -> {attn, w, qkv}; `tkTypeEmb` -> {tk, type, emb}."""
     spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", name)
     return {w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w and not w.isdigit()}
-
-
-# Layers ------------------------------------------------------------------------------------------
 
 
 def layer_pattern(shapes: dict[str, tuple], layers: int) -> dict[str, str]:
@@ -87,25 +86,20 @@ def layer_index(pattern: str, name: str) -> int | None:
 def units_from(trace: Trace, state: dict[str, torch.Tensor], config: BertConfig) -> list[Unit]:
     """The model's units, as its traced forward uses its parameters; parameters it never uses,
     paired by their names."""
-    units: dict[str, Unit] = {}
-    taken: set[str] = set()
 
-    def add(unit: Unit) -> None:
-        if unit.weight in taken or (unit.bias and unit.bias in taken):
-            return
-        units[unit.weight] = unit
-        taken.update(unit.names)
+    def candidates():
+        for call in trace.calls:  # tables first: a tied decoder is the word embeddings' table
+            yield from _lookups(call, trace, state)
+        for call in trace.calls:
+            yield from _linears(call, trace, state, config) + _norms(call, trace, state)
+        yield from by_names([n for n in state if n not in taken], state)  # what is left by then
 
-    for call in trace.calls:  # tables first: a tied decoder is the word embeddings' table
-        for unit in _lookups(call, trace, state):
-            add(unit)
-    for call in trace.calls:
-        for unit in _linears(call, trace, state, config) + _norms(call, trace, state):
-            add(unit)
-    unused = [n for n in state if n not in taken]
-    for unit in by_names(unused, state):
-        add(unit)
-    return sorted(units.values(), key=lambda u: u.order)
+    units, taken = [], set()
+    for unit in candidates():
+        if not taken & set(unit.names):
+            units.append(unit)
+            taken.update(unit.names)
+    return sorted(units, key=lambda u: u.order)
 
 
 def _param(trace: Trace, value) -> tuple[str, int] | None:
@@ -128,13 +122,9 @@ def _param(trace: Trace, value) -> tuple[str, int] | None:
 def _flips(name: str, args: tuple) -> bool:
     """Does a view exchange a matrix's rows and columns (`W.T`, `W.transpose(0, 1)`)?"""
     if name in ("transpose", "swapaxes"):
-        return _swaps_last_two(args)
+        dims = [a for a in args if isinstance(a, int)]
+        return sorted(d % 2 for d in dims) == [0, 1] and len(dims) == 2
     return name in FLIPS or (name == "permute" and args in (((1, 0),), (1, 0)))
-
-
-def _swaps_last_two(args: tuple) -> bool:
-    dims = [a for a in args if isinstance(a, int)]
-    return sorted(d % 2 for d in dims) == [0, 1] and len(dims) == 2
 
 
 def _arg(call, index: int, name: str):
@@ -167,23 +157,14 @@ def _linears(call, trace: Trace, state: dict, config: BertConfig) -> list[Unit]:
         w, b = _param(trace, weight), _param(trace, bias)
         if w is None or state[w[0]].dim() != 2:
             continue
-        bias_name = b[0] if b and state[b[0]].dim() == 1 else None
+        bias = b[0] if b and state[b[0]].dim() == 1 else None
         transposed = stored_in_out != bool(w[1] % 2)
         out_features = state[w[0]].shape[1 if transposed else 0]
         if fused == 1 and out_features == 3 * config.hidden_size:
             fused = 3
-        units.append(
-            Unit(
-                w[0],
-                tuple(state[w[0]].shape),
-                bias_name,
-                "linear",
-                transposed,
-                call.index,
-                per_token=_per_token(x, trace),
-                fused=fused,
-            )
-        )
+        shape, per_token = tuple(state[w[0]].shape), _per_token(x, trace)
+        unit = Unit(w[0], shape, bias, "linear", transposed, call.index, per_token, fused=fused)
+        units.append(unit)
     return units
 
 
@@ -284,14 +265,10 @@ def _lookups(call, trace: Trace, state: dict) -> list[Unit]:
     without the inputs (positions: W[:T], W(arange)), where what it gave is added."""
     units = []
     if call.name in LOOKUP_CALLS:
-        table, index = (
-            (_arg(call, 1, "weight"), call.args[0])
-            if call.name == "embedding"
-            else (
-                call.args[0],
-                call.args[-1],
-            )
-        )
+        if call.name == "embedding":
+            table, index = _arg(call, 1, "weight"), call.args[0]
+        else:
+            table, index = call.args[0], call.args[-1]
         found = _param(trace, table)
         if found and _is_table(state[found[0]]):
             sources = trace.sources(index) if isinstance(index, torch.Tensor) else frozenset()
@@ -326,9 +303,7 @@ def by_names(names: list[str], state: dict) -> list[Unit]:
         biases = [n for n in group if split_role(n)[1] == "bias"]
         for weight in weights:
             bias = biases.pop(0) if biases and state[weight].dim() <= 2 else None
-            kind = "embedding" if bias is None and state[weight].dim() == 2 else "other"
-            kind = "norm" if state[weight].dim() == 1 and bias else kind
-            kind = "linear" if state[weight].dim() == 2 and bias else kind
+            kind = KINDS.get((state[weight].dim(), bias is not None), "other")
             units.append(Unit(weight, tuple(state[weight].shape), bias, kind))
         units += [Unit(b, tuple(state[b].shape), None, "other") for b in biases]
     return units
