@@ -91,18 +91,13 @@ class Model:
         }
 
 
-def _logical(unit: Unit, transposed: bool | None) -> tuple[int, ...]:
-    """A projection's (out, in), however it is stored."""
-    return tuple(reversed(unit.shape)) if transposed else unit.shape
-
-
 def fits(unit: Unit, out: int, inp: int) -> list[bool]:
     """How a unit can be a projection inp -> out: stored (out, in) [False] or (in, out) [True],
     as its use showed, or either where its use did not show it."""
     if unit.kind not in ("linear", "other") or len(unit.shape) != 2:
         return []
     options = [unit.transposed] if unit.transposed is not None else [False, True]
-    return [t for t in dict.fromkeys(options) if _logical(unit, t) == (out, inp)]
+    return [t for t in dict.fromkeys(options) if unit.shape == ((inp, out) if t else (out, inp))]
 
 
 def is_norm(unit: Unit, h: int) -> bool:
@@ -199,9 +194,7 @@ def _swaps(choice: Assignment, norms: tuple[str, ...]) -> Iterator[Assignment]:
 
 
 def _roles_known(unit: Unit) -> bool:
-    if unit.kind == "norm":
-        return True
-    return split_role(unit.weight)[1] == "weight" and split_role(unit.bias)[1] == "bias"
+    return unit.kind == "norm" or [split_role(n)[1] for n in unit.names] == ["weight", "bias"]
 
 
 def global_choices(model: Model) -> Iterator[Assignment]:
@@ -236,19 +229,9 @@ def pooler_choices(model: Model, taken: set[int]) -> list[Assignment]:
     """The pooler: a square projection outside the layers, best one applied once per sequence;
     or none."""
     h = model.config.hidden_size
-    found = [
-        Assignment({"pooler": u}, {"pooler": t})
-        for u in model.outside
-        if id(u) not in taken
-        for t in fits(u, h, h)
-    ]
-    found.sort(
-        key=lambda a: (
-            a.units["pooler"].per_token,
-            -_hint(a.units["pooler"], "pooler", model.roles),
-        )
-    )
-    return found
+    free = [u for u in model.outside if id(u) not in taken]
+    free.sort(key=lambda u: (u.per_token, -_hint(u, "pooler", model.roles)))
+    return [Assignment({"pooler": u}, {"pooler": t}) for u in free for t in fits(u, h, h)]
 
 
 def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
