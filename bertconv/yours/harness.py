@@ -20,8 +20,8 @@ import inspect
 import sys
 import traceback
 from collections.abc import Callable
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -111,9 +111,6 @@ class Config(dict):
 def config_object(config_dict: dict, config: BertConfig) -> Config:
     """Every field config.json has, BertConfig's (and transformers') defaults for the rest."""
     return Config({**DEFAULTS, **asdict(config), **config_dict})
-
-
-# Importing ---------------------------------------------------------------------------------------
 
 
 def import_factory(spec: str) -> Callable:
@@ -223,24 +220,10 @@ def guarded(spec: str, doing: str, advice: str = ""):
 def _where(error: BaseException) -> str:
     """` (at FILE:LINE, in FUNCTION)`: the last frame of the traceback outside torch, the
     standard library and bertconv, which is where the user's code was."""
+    library = (f"{Path('bertconv')}/", "site-packages", "/lib/python3", "<frozen")
     frames = traceback.extract_tb(error.__traceback__)
-    own = [f for f in frames if not _library(f.filename)]
-    if not own:
-        return ""
-    frame = own[-1]
-    return f" (at {frame.filename}:{frame.lineno}, in {frame.name})"
-
-
-def _library(filename: str) -> bool:
-    return (
-        f"{Path('bertconv')}/" in filename
-        or "site-packages" in filename
-        or "/lib/python3" in filename
-        or filename.startswith("<frozen")
-    )
-
-
-# Building ----------------------------------------------------------------------------------------
+    own = [f for f in frames if not any(part in f.filename for part in library)]
+    return f" (at {own[-1].filename}:{own[-1].lineno}, in {own[-1].name})" if own else ""
 
 
 def construct(factory: Callable, spec: str, config: Config) -> nn.Module:
@@ -298,9 +281,6 @@ def load_weights(
         )
 
 
-# Calling ---------------------------------------------------------------------------------------
-
-
 @dataclass
 class Plan:
     """How the user's forward takes its inputs: {its parameter: what bertconv passes it}."""
@@ -312,12 +292,6 @@ class Plan:
     @property
     def given(self) -> set[str]:
         return set(self.arguments.values())
-
-    @property
-    def masked(self) -> bool:
-        """Is the padding given to the model (a mask, or lengths)? Else it is filled with the
-        pad id, which the model must see for itself."""
-        return bool(self.given & {"attention_mask", "lengths"})
 
 
 def plan(model: nn.Module, spec: str) -> Plan:
@@ -387,9 +361,6 @@ def _by_words(words: set[str]) -> str | None:
     return None
 
 
-# Running, traced -------------------------------------------------------------------------------
-
-
 @dataclass
 class Run:
     """One traced forward: the trace, what the forward returned, and the batch it read."""
@@ -408,7 +379,6 @@ class Harness:
     plan: Plan
     pad_token_id: int = 0
     vocab_size: int = 0
-    notes: list[str] = field(default_factory=list)
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The batch as both models read it. A model given neither a mask nor lengths makes its
@@ -416,12 +386,10 @@ class Harness:
         batch = dict(batch)
         if "token_type_ids" not in self.plan.given:
             batch["token_type_ids"] = torch.zeros_like(batch["token_type_ids"])
-        if not self.plan.masked:
-            pad, real = self.pad_token_id, batch["attention_mask"].bool()
-            ids = batch["input_ids"]
-            other = (pad + 1) % max(self.vocab_size, 2)
-            ids = torch.where(real & (ids == pad), torch.full_like(ids, other), ids)
-            batch["input_ids"] = torch.where(real, ids, torch.full_like(ids, pad))
+        if not self.plan.given & {"attention_mask", "lengths"}:
+            pad, real, ids = self.pad_token_id, batch["attention_mask"].bool(), batch["input_ids"]
+            ids = torch.where(real & (ids == pad), (pad + 1) % max(self.vocab_size, 2), ids)
+            batch["input_ids"] = torch.where(real, ids, pad)
         return batch
 
     def call(self, batch: dict[str, torch.Tensor]):
@@ -442,12 +410,9 @@ class Harness:
         """A traced forward on a prepared batch. The user's code raising is theirs (guard), or,
         where a candidate table may break it, the caller's to handle."""
         trace = Trace(self.model, dict(batch))
-        with torch.inference_mode(), trace:
-            if guard:
-                with guarded(self.spec, "running its forward"):
-                    output = self.call(batch)
-            else:
-                output = self.call(batch)
+        user = guarded(self.spec, "running its forward") if guard else nullcontext()
+        with torch.inference_mode(), trace, user:
+            output = self.call(batch)
         return Run(trace, output, batch)
 
 
