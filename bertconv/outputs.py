@@ -3,6 +3,7 @@ bertconv's model or transformers' (the two take the same arguments). Below both 
 own BERT (bertconv.yours), which read the same outputs from a trace.
 """
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -77,17 +78,13 @@ def compared(
     ours = isinstance(model, BertModel)
     base = model if ours or not hasattr(model, "bert") else model.bert
     pooled = []
-    hook = None
+    hook = nullcontext()
     if base.pooler is not None:
         hook = base.pooler.register_forward_hook(lambda m, a, out: pooled.append(out))
-    try:
-        with torch.inference_mode():
-            # return_dict: a config.json may say false, which would give tuples
-            theirs = {} if ours else {"output_hidden_states": True, "return_dict": True}
-            out = model(**batch, **theirs)
-    finally:
-        if hook:
-            hook.remove()
+    with hook, torch.inference_mode():
+        # return_dict: a config.json may say false, which would give tuples
+        theirs = {} if ours else {"output_hidden_states": True, "return_dict": True}
+        out = model(**batch, **theirs)
     real = batch["attention_mask"].reshape(-1, batch["attention_mask"].shape[-1]).bool()
     named = {EMBEDDINGS: out.hidden_states[0][real]}
     named |= {layer(i): h[real] for i, h in enumerate(out.hidden_states[1:], 1)}

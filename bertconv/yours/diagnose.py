@@ -51,31 +51,29 @@ class Diagnosis:
         return asdict(self)
 
     def message(self) -> str:
-        agree = _together([name for name, _ in self.agreeing])
-        worst = max((d for _, d in self.agreeing), default=0.0)
-        verb = "agrees" if len(self.agreeing) == 1 else "agree"
-        before = f"; {agree} {verb} (<= {worst:.1e})" if agree else ""
         if self.step is None and self.max_abs != self.max_abs:
             return f"{self.row}: bertconv could not take it apart step by step ({self.detail})."
+        agree = _together([name for name, _ in self.agreeing])
+        worst = max((d for _, d in self.agreeing), default=0.0)
         if self.step is None:
             return (
                 f"{self.row}: every step agrees with BERT recomputed from your model's own values"
                 f" ({agree}, <= {worst:.1e}); the difference ({self.max_abs:.1e}) builds up "
                 "across them."
             )
-        lines = [f"{self.row}: {self.step} differs (max abs {self.max_abs:.1e}){before}."]
+        verb = "agrees" if len(self.agreeing) == 1 else "agree"
+        before = f"; {agree} {verb} (<= {worst:.1e})" if agree else ""
+        first = f"{self.row}: {self.step} differs (max abs {self.max_abs:.1e}){before}.\n"
         if self.cause:
-            lines.append(
-                f"Your model computes {self.cause}: this step recomputed that way from your "
-                f"model's own values gives what it computed (max abs "
+            return (
+                f"{first}Your model computes {self.cause}: this step recomputed that way from "
+                f"your model's own values gives what it computed (max abs "
                 f"{self.confirmed_max_abs:.1e}).{self.detail}"
             )
-        else:
-            lines.append(
-                f"No deviation bertconv knows explains it: {self.step} computes something else "
-                f"than BERT's{self.detail}."
-            )
-        return "\n".join(lines)
+        return (
+            f"{first}No deviation bertconv knows explains it: {self.step} computes something "
+            f"else than BERT's{self.detail}."
+        )
 
 
 def _together(names: list[str]) -> str:
@@ -142,10 +140,8 @@ def _explained(step: Step, mask, d0: float, scale: float) -> tuple[str | None, f
         if d < best_d:
             best, best_d = cause, d
     if best is not None and best_d * CLEAR < d0 and best_d <= STEP_TOLERANCE * scale:
-        name = best if best != "dropout left active" else _dropout_name(step.dropout_ratio())
-        return name, best_d
+        if best == "dropout left active":
+            p = 1 - 1 / step.dropout_ratio()
+            best = f"dropout left active (p = {p:.2f}: the model in training mode?)"
+        return best, best_d
     return None, None
-
-
-def _dropout_name(ratio: float) -> str:
-    return f"dropout left active (p = {1 - 1 / ratio:.2f}: the model in training mode?)"

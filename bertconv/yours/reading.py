@@ -20,13 +20,10 @@ def anchors(table: Table, config: BertConfig, groups: set[str]) -> dict[Output, 
     for key, officials in catalog_anchors(config.model_type).items():
         if key not in ("embeddings", "layer") and key not in groups:
             continue
-        if key == "layer":
-            labels = [layer(i + 1) for i in range(config.num_hidden_layers)]
-        else:
-            labels = [Output(key)]
+        count = config.num_hidden_layers if key == "layer" else 1
+        labels = [layer(i + 1) for i in range(count)] if key == "layer" else [Output(key)]
         for i, label in enumerate(labels):
-            names = {o.replace("{layer}", str(i)) for o in officials}
-            users = {name for official in names for name in table.names_for(official)}
+            users = {n for o in officials for n in table.names_for(o.replace("{layer}", str(i)))}
             if users:
                 out[label] = users
     return out

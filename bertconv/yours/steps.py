@@ -6,6 +6,7 @@ those calls (another eps, another activation, no scaling, the heads split otherw
 import copy
 import math
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import torch
@@ -85,22 +86,17 @@ def distance(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
 
 def replacing(given: dict[nn.Module, object], compute: Callable[[], torch.Tensor]):
     """`compute()`, each module of `given` returning the value given instead of its own."""
-    hooks = [m.register_forward_hook(lambda _m, _a, _o, v=v: v) for m, v in given.items()]
-    try:
+    with ExitStack() as hooks:
+        for module, value in given.items():
+            hooks.enter_context(module.register_forward_hook(lambda _m, _a, _o, v=value: v))
         return compute()
-    finally:
-        for hook in hooks:
-            hook.remove()
 
 
 def input_of(module: nn.Module, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
     """What `module` reads when `compute()` runs."""
     seen = []
-    hook = module.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
-    try:
+    with module.register_forward_pre_hook(lambda _m, args: seen.append(args[0])):
         compute()
-    finally:
-        hook.remove()
     return seen[0]
 
 
@@ -199,9 +195,6 @@ def projection_deviations(x, linear: nn.Linear, square: bool) -> dict:
     return out
 
 
-# The embeddings --------------------------------------------------------------------------------
-
-
 def embedding_steps(view: Values, model: BertModel, config: BertConfig) -> Iterator[Step]:
     emb, p = model.embeddings, prefixes(config)
     ids, types = view.trace.inputs["input_ids"], view.trace.inputs["token_type_ids"]
@@ -241,9 +234,6 @@ def embedding_steps(view: Values, model: BertModel, config: BertConfig) -> Itera
     deviations |= norm_deviations(input_of(emb.LayerNorm, summed), emb.LayerNorm, config)
     name = "the embeddings' sum and its LayerNorm"
     yield Step(name, view.output(p["embeddings norm"]), summed(), deviations)
-
-
-# A layer ----------------------------------------------------------------------------------------
 
 
 def layer_steps(view: Values, model: BertModel, config: BertConfig, index: int) -> Iterator[Step]:
@@ -347,9 +337,6 @@ def sublayer(view: Values, add_norm: AddNorm, config, x_in, residual, dense, nor
     )
 
 
-# The attention ----------------------------------------------------------------------------------
-
-
 def attend(sa: SelfAttention, own: dict, mask, divisor=None, keys="real", split="heads",
            swap=False, axis=-1) -> torch.Tensor:  # fmt: skip
     """The model's attention (its split_heads, relative scores and model.attention) on the
@@ -388,33 +375,26 @@ def _split(sa: SelfAttention, x: torch.Tensor, split: str) -> torch.Tensor:
     return x.view(B, T, sa.head_dim, sa.num_heads).permute(0, 3, 1, 2)
 
 
-def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig) -> list:
+def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig) -> dict:
     """The attention's deviations, each as attend() computes it."""
-    d = sa.head_dim
-    scaling = "the attention's scaling"
-    ways = [
-        (
-            f"{scaling}: the scores divided by the head size {d}, not its square root",
-            {"divisor": d},
+    scaling, d = "the attention's scaling: the scores divided by", sa.head_dim
+    ways = {
+        f"{scaling} the head size {d}, not its square root": dict(divisor=d),
+        "the attention's scaling left out (BERT divides the scores by sqrt(head size))": dict(
+            divisor=1.0
         ),
-        (f"{scaling} left out (BERT divides the scores by sqrt(head size))", {"divisor": 1.0}),
-        (
-            f"{scaling}: the scores divided by sqrt(hidden_size), not sqrt(head size)",
-            {"divisor": math.sqrt(config.hidden_size)},
+        f"{scaling} sqrt(hidden_size), not sqrt(head size)": dict(
+            divisor=math.sqrt(config.hidden_size)
         ),
-        ("no padding mask on the keys (no mask, or one applied to the queries)", {"keys": "none"}),
-        ("the mask inverted (the padding attended to, the tokens masked)", {"keys": "inverted"}),
-        ("the softmax over the queries (dim -2), not the keys", {"axis": -2}),
-        (
-            "the heads split in the other order (head size, heads), not (heads, head size)",
-            {"split": "size"},
+        "no padding mask on the keys (no mask, or one applied to the queries)": dict(keys="none"),
+        "the mask inverted (the padding attended to, the tokens masked)": dict(keys="inverted"),
+        "the softmax over the queries (dim -2), not the keys": dict(axis=-2),
+        "the heads split in the other order (head size, heads), not (heads, head size)": dict(
+            split="size"
         ),
-        ("the query and the key exchanged (K Q^T, not Q K^T)", {"swap": True}),
-    ]
-    return [(cause, lambda how=how: attend(sa, own, mask, **how)) for cause, how in ways]
-
-
-# The pooler -------------------------------------------------------------------------------------
+        "the query and the key exchanged (K Q^T, not Q K^T)": dict(swap=True),
+    }
+    return {cause: lambda how=how: attend(sa, own, mask, **how) for cause, how in ways.items()}
 
 
 def pooler_steps(view: Values, model: BertModel, config: BertConfig) -> Iterator[Step]:

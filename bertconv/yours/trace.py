@@ -98,10 +98,6 @@ class Trace(TorchFunctionMode):
     def sources(self, t: torch.Tensor) -> frozenset[str]:
         return self._sources.get(id(t), frozenset())
 
-    def producer(self, t: torch.Tensor) -> Call | None:
-        index = self._producer.get(id(t))
-        return None if index is None else self.calls[index]
-
     # Reading the record -------------------------------------------------------------------
 
     def uses(self, params: set[str]) -> list[Call]:
@@ -121,7 +117,7 @@ class Trace(TorchFunctionMode):
     def unary_chain(self, call: Call) -> list[torch.Tensor]:
         """`call`'s output, then what each next call that reads only it (and no parameter)
         makes of it, keeping its shape: an activation, a dropout (tanh(W x + b) from W x + b)."""
-        chain = [_first_tensor(call.output)]
+        chain = [next(tensors_in(call.output), None)]
         current = call
         while True:
             following = next(self.consumers(current), None)
@@ -169,17 +165,8 @@ class Trace(TorchFunctionMode):
                     self._origin[id(t)] = Origin(params, steps)
                     self._keep.append(t)
             return
-        call = Call(
-            len(self.calls),
-            name,
-            args,
-            kwargs,
-            inputs,
-            [self._producer.get(id(t)) for t in inputs],
-            used,
-            out,
-            sources,
-        )
+        producers = [self._producer.get(id(t)) for t in inputs]
+        call = Call(len(self.calls), name, args, kwargs, inputs, producers, used, out, sources)
         self.calls.append(call)
         self._keep += inputs
         for t in tensors_in(out):
@@ -210,10 +197,6 @@ def tensors_in(value, depth: int = 0) -> Iterator[torch.Tensor]:
         if isinstance(value, tuple | list):
             for item in value:
                 yield from tensors_in(item, depth + 1)
-
-
-def _first_tensor(value) -> torch.Tensor | None:
-    return next(tensors_in(value), None)
 
 
 def _replace(value, old: torch.Tensor, new: torch.Tensor):
