@@ -336,11 +336,8 @@ class _BlockBuilder:
         self.last = b""
 
     def add(self, key: bytes, value: bytes) -> None:
-        shared = 0
-        if self.count < self.interval:
-            while shared < min(len(key), len(self.last)) and key[shared] == self.last[shared]:
-                shared += 1
-        else:
+        shared = len(os.path.commonprefix([key, self.last])) if self.count < self.interval else 0
+        if self.count >= self.interval:
             self.restarts.append(len(self.buffer))
             self.count = 0
         self.buffer += varint(shared) + varint(len(key) - shared) + varint(len(value))
@@ -357,9 +354,7 @@ class _BlockBuilder:
 
 def _shortest_separator(start: bytes, limit: bytes) -> bytes:
     """LevelDB's bytewise comparator: a short key >= start and < limit."""
-    n = 0
-    while n < min(len(start), len(limit)) and start[n] == limit[n]:
-        n += 1
+    n = len(os.path.commonprefix([start, limit]))
     if n < min(len(start), len(limit)) and start[n] < 0xFF and start[n] + 1 < limit[n]:
         return start[:n] + bytes([start[n] + 1])
     return start
@@ -450,13 +445,8 @@ def _stored(
         raise CheckpointError(f"{where} has no checksum")
     if entry.shard not in paths:
         paths[entry.shard] = data_file(prefix, entry.shard, shards)
-    t = storage.Stored(
-        paths[entry.shard],
-        DTYPES[entry.dtype],
-        entry.shape,
-        entry.offset,
-        entry.offset + entry.size,
-    )
+    end = entry.offset + entry.size
+    t = storage.Stored(paths[entry.shard], DTYPES[entry.dtype], entry.shape, entry.offset, end)
     if storage.nbytes(t) != entry.size:
         raise CheckpointError(
             f"{where}: {t.dtype} of shape {entry.shape} is {storage.nbytes(t)} bytes, but the "
