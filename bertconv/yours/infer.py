@@ -399,14 +399,10 @@ def generated_buffers(state: dict, params: set[str], config: BertConfig) -> dict
     }
     out = {}
     for name, tensor in state.items():
-        if name in params:
+        n = tensor.numel()
+        if name in params or tensor.is_floating_point() or n not in sizes:
             continue
-        flat = tensor.flatten()
-        if (
-            not tensor.is_floating_point()
-            and flat.numel() in sizes
-            and torch.equal(flat, torch.arange(flat.numel(), dtype=flat.dtype))
-        ):
+        if torch.equal(tensor.flatten(), torch.arange(n, dtype=tensor.dtype)):
             dims = [sizes.get(d, d) if d != 1 else 1 for d in tensor.shape]
-            out[name] = {"arange": sizes[flat.numel()], "shape": dims}
+            out[name] = {"arange": sizes[n], "shape": dims}
     return out

@@ -142,9 +142,9 @@ def _linears(call, trace: Trace, state: dict, config: BertConfig) -> list[Unit]:
         found.append((_arg(call, 1, "weight"), _arg(call, 2, "bias"), False, 1, args[0]))
     elif call.name in ("matmul", "mm", "bmm", "__matmul__") and len(args) == 2:
         if _param(trace, args[1]) and not _param(trace, args[0]):
-            found.append((args[1], _bias_after(call, trace), True, 1, args[0]))
+            found.append((args[1], _added_after(call, trace, adds_only=True), True, 1, args[0]))
         elif _param(trace, args[0]) and not _param(trace, args[1]):
-            found.append((args[0], _bias_after(call, trace), False, 1, args[1]))
+            found.append((args[0], _added_after(call, trace, adds_only=True), False, 1, args[1]))
     elif call.name == "addmm" and len(args) >= 3:
         found.append((args[2], args[0], True, 1, args[1]))
     elif call.name == "einsum":
@@ -183,30 +183,13 @@ def _einsum(call, trace: Trace) -> list:
         if _param(trace, weight) and not _param(trace, x) and len(subscripts[i]) == 2:
             first, second = subscripts[i]
             if first not in output and second in output:
-                return [(weight, _bias_after(call, trace), True, 1, x)]
+                return [(weight, _added_after(call, trace, adds_only=True), True, 1, x)]
             if second not in output and first in output:
-                return [(weight, _bias_after(call, trace), False, 1, x)]
+                return [(weight, _added_after(call, trace, adds_only=True), False, 1, x)]
     return []
 
 
 ADDS = ("add", "__add__", "__radd__", "add_", "__iadd__")
-
-
-def _bias_after(call, trace: Trace, hops: int = 3):
-    """The vector a projection's next calls add to it (`x @ W + b`, or `x + h @ W + b`, which
-    adds the residual first), if it is a parameter."""
-    current = call
-    for _ in range(hops):
-        following = next(trace.consumers(current), None)
-        if following is None or following.name not in ADDS:
-            return None
-        for value in following.args[:2]:
-            if _param(trace, value) and value.dim() == 1:
-                return value
-        if following.params:
-            return None
-        current = following
-    return None
 
 
 def _per_token(x, trace: Trace) -> bool:
@@ -233,27 +216,25 @@ def _norms(call, trace: Trace, state: dict) -> list[Unit]:
     if call.name == "addcmul" and len(vectors) == 2:  # addcmul(beta, gamma, x)
         beta, gamma = vectors
         return [Unit(gamma[0], tuple(state[gamma[0]].shape), beta[0], "norm", order=call.index)]
-    if len(vectors) != 1:
-        return []
-    beta = _added_after(call, trace)
-    gamma = vectors[0][0]
+    beta = _added_after(call, trace, adds_only=False) if len(vectors) == 1 else None
     if beta is None:
         return []
+    gamma, beta = vectors[0][0], _param(trace, beta)[0]
     return [Unit(gamma, tuple(state[gamma].shape), beta, "norm", order=call.index)]
 
 
-def _added_after(call, trace: Trace, hops: int = 3) -> str | None:
-    """The vector parameter added to what `call` made, within a few calls that read no other
-    parameter (`g * (x - mean) / (std + eps) + b`)."""
+def _added_after(call, trace: Trace, adds_only: bool) -> torch.Tensor | None:
+    """The parameter added to what `call` made, within a few calls that read no other parameter:
+    by adds alone for a projection's bias (`x @ W + b`; `x + h @ W + b` adds the residual
+    first), by any call for a LayerNorm's beta (`g * (x - mean) / (std + eps) + b`)."""
     current = call
-    for _ in range(hops):
+    for _ in range(3):
         following = next(trace.consumers(current), None)
-        if following is None:
+        if following is None or (adds_only and following.name not in ADDS):
             return None
-        params = [_param(trace, a) for a in following.args[:2]]
-        params = [p for p in params if p]
+        params = [a for a in following.args[:2] if _param(trace, a)]
         if following.name in ADDS and len(params) == 1:
-            return params[0][0]
+            return params[0]
         if params:
             return None
         current = following
