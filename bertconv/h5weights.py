@@ -214,11 +214,8 @@ class _Reader:
 def _filters(dataset) -> list[tuple[int, str]]:
     """(id, name) of each filter a dataset's chunks go through when written."""
     plist = dataset.id.get_create_plist()
-    out = []
-    for n in range(plist.get_nfilters()):
-        code, _, _, name = plist.get_filter(n)
-        out.append((code, _text(name)))
-    return out
+    filters = map(plist.get_filter, range(plist.get_nfilters()))
+    return [(code, _text(name)) for code, _, _, name in filters]
 
 
 def _inflated(raw: bytes, limit: int, where: str) -> int:

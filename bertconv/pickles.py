@@ -149,8 +149,9 @@ def _zip_globals(path: Path, f) -> set[str]:
 def _legacy_globals(path: Path, f) -> set[str]:
     """torch's pre-1.6 format is pickles in a row: a magic number, the protocol, system info,
     then the state dict. Anything else (a text file, an HTML page) is refused here."""
+    size = os.fstat(f.fileno()).st_size
     try:
-        magic = _first_value(Bounded(f, os.fstat(f.fileno()).st_size))
+        magic = _first_value(Bounded(f, size))
     except (ValueError, EOFError, IndexError, KeyError, OverflowError) as e:
         raise CheckpointError(
             f"{path}: not a readable PyTorch checkpoint ({e or type(e).__name__}). "
@@ -161,11 +162,8 @@ def _legacy_globals(path: Path, f) -> set[str]:
             f"{path}: not a PyTorch checkpoint (neither torch's zip format nor its legacy "
             f"one). {files.diagnose(path)}"
         )
-    found = set()
-    size = os.fstat(f.fileno()).st_size
-    for _ in range(3):  # protocol, system info, state dict
-        found |= _globals(path, Bounded(f, size - f.tell()))
-    return found
+    # The pickles after the magic number: protocol, system info, state dict.
+    return set().union(*(_globals(path, Bounded(f, size - f.tell())) for _ in range(3)))
 
 
 class Bounded:
