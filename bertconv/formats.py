@@ -73,8 +73,7 @@ class Format:
 
 def shards(index: Path) -> list[Path]:
     """The shard files an index names: plain file names beside it, each there."""
-    weight_map = weight_map_of(index)
-    names = sorted({files.plain_name(name, str(index)) for name in weight_map.values()})
+    names = sorted({files.plain_name(name, str(index)) for name in weight_map_of(index).values()})
     found = [index.parent / name for name in names]
     missing = [str(s) for s in found if not files.is_present(s)]
     if missing:

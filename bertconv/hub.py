@@ -49,24 +49,18 @@ class Remote:
 def is_repo_id(text: str) -> bool:
     """`name` or `org/name` as the Hub spells them: no part starts or ends with `.` or `-`, and
     none holds `..` or `--` (so that an id is never a path)."""
-    if not REPO_ID.match(text):
-        return False
-    parts = text.split("/")
-    return not any(
-        p.startswith((".", "-")) or p.endswith((".", "-")) or ".." in p or "--" in p for p in parts
+    return bool(REPO_ID.match(text)) and not any(
+        p.startswith((".", "-")) or p.endswith((".", "-")) or ".." in p or "--" in p
+        for p in text.split("/")
     )
 
 
 def check_revision(revision: str | None) -> None:
     """A branch, tag or commit name; never one that could climb out of the cache (`..`)."""
-    if revision is None:
-        return
-    parts = revision.split("/")
-    if (
-        not revision
-        or revision.startswith("/")
-        or any(p in ("", ".", "..") for p in parts)
-        or any(c in revision for c in "\\\0")
+    # An empty name, or one that starts with "/", has an empty part; "\0" is not printable.
+    if revision is not None and (
+        any(p in ("", ".", "..") for p in revision.split("/"))
+        or "\\" in revision
         or not revision.isprintable()
     ):
         raise UsageError(f"--revision {revision!r}: not a branch, tag or commit name")
