@@ -1,5 +1,4 @@
-"""The likeliest ways a model's units can be BERT's (an assignment of roles), and the table an
-assignment writes."""
+"""The likeliest ways a model's units can be BERT's (an assignment of roles), and its table."""
 
 import itertools
 from collections.abc import Iterator
@@ -226,8 +225,7 @@ def _embedding_score(choice: Assignment, known: Roles) -> float:
 
 
 def pooler_choices(model: Model, taken: set[int]) -> list[Assignment]:
-    """The pooler: a square projection outside the layers, best one applied once per sequence;
-    or none."""
+    """The pooler: a square projection outside the layers, those used once per sequence first."""
     h = model.config.hidden_size
     free = [u for u in model.outside if id(u) not in taken]
     free.sort(key=lambda u: (u.per_token, -_hint(u, "pooler", model.roles)))

@@ -8,10 +8,8 @@ NAME is a class called with the config (or, where its constructor takes sizes, w
 names), or a function that returns an `nn.Module`. The config is an object with attribute access
 to every config.json field, and BertConfig's defaults for the fields config.json leaves out.
 
-The forward is called by parameter name, then by elimination. Each hidden state is read where
-the model computes it: the output of the last call that reads the LayerNorm a table names for
-it (a module's, a function's, or one written by hand), whether or not a module holds it; the
-pooler is what the model makes of its dense layer's output (its own tanh, or none).
+The forward is called by parameter name, then by elimination (`plan`); reading.py reads what
+it computed.
 """
 
 import importlib
@@ -155,10 +153,9 @@ def _module_name(path: Path) -> tuple[str, Path]:
 
 
 def _exec_file(module_name: str, path: Path):
-    """Run the file as module `module_name`, registered in sys.modules while it runs and after,
-    as an import would (a dataclass, a `sys.modules[__name__]` lookup, pickling need it). A file
-    imported already is that module, as for Python; a name another module holds is not taken
-    from it."""
+    """Run the file as module `module_name`, in sys.modules while it runs and after, as an import
+    would (a dataclass, `sys.modules[__name__]`, pickling need it). A file imported already is
+    that module, as for Python; a name another module holds is not taken from it."""
     known = sys.modules.get(module_name)
     if known is not None:
         if Path(getattr(known, "__file__", "") or "").resolve() == path:
@@ -262,9 +259,8 @@ def _size_arguments(factory: Callable, config: Config) -> dict | None:
 def load_weights(
     model: nn.Module, spec: str, tensors: dict[str, torch.Tensor], absent: set[str]
 ) -> None:
-    """Strictly: every tensor the model holds comes from the checkpoint, but the buffers it makes
-    itself and the tensors of `absent` (heads the checkpoint has none of), and none is left
-    over."""
+    """Strictly: every tensor the model holds comes from the checkpoint, and none is left over,
+    but the buffers it makes itself and `absent` (heads the checkpoint has none of)."""
     own_buffers = {n for n, _ in model.named_buffers()}
     result = model.load_state_dict(tensors, strict=False)
     missing = [n for n in result.missing_keys if n not in own_buffers and n not in absent]
@@ -331,19 +327,15 @@ def plan(model: nn.Module, spec: str) -> Plan:
 def _by_name(names: list[str]) -> dict[str, str]:
     """{parameter: input} for the parameters whose names say what they take."""
     found: dict[str, str] = {}
-    taken = set()
     for ours, spellings in SPELLINGS.items():  # whole names first, in order of likelihood
-        for spelling in (*spellings, *(INVERTED_MASKS if ours == "attention_mask" else ())):
-            if spelling in names and ours not in taken and spelling not in found:
-                found[spelling] = ours
-                taken.add(ours)
+        spellings += INVERTED_MASKS if ours == "attention_mask" else ()
+        spelling = next((s for s in spellings if s in names and s not in found), None)
+        if spelling:
+            found[spelling] = ours
     for name in names:  # then the words of a name: src_mask, segment_labels, input_tokens
-        if name in found:
-            continue
-        ours = _by_words(words(name))
-        if ours and ours not in taken:
+        ours = None if name in found else _by_words(words(name))
+        if ours and ours not in found.values():
             found[name] = ours
-            taken.add(ours)
     return found
 
 

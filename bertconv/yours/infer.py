@@ -76,9 +76,8 @@ class Inference:
 
 
 class Probe:
-    """The user's model and bertconv's BERT (the class its heads make; verify proves it computes
-    what transformers' does) on the probe config, the same random weights (every LayerNorm and
-    bias random too, so that none can be mistaken for another), and the batch both read."""
+    """The user's model and bertconv's BERT (the class its heads make) on the probe config,
+    holding the same random weights (random_weights), and the batch both read."""
 
     def __init__(self, harness: Harness, config: BertConfig, groups: frozenset[str]):
         from ..api import build
@@ -243,8 +242,7 @@ def _model(trace: Trace, tensors: dict, config: BertConfig) -> assign.Model:
 
 @dataclass
 class Search:
-    """The likeliest assignment, checked part by part; each part that differs mended by its
-    alternatives, in order."""
+    """The likeliest assignment, checked part by part; a part that differs mended by another."""
 
     user: assign.Model
     harness: Harness

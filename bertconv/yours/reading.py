@@ -30,8 +30,7 @@ def anchors(table: Table, config: BertConfig, groups: set[str]) -> dict[Output, 
 
 
 def read(run: Run, found: dict[Output, set[str]]) -> dict[Output, torch.Tensor | None]:
-    """What the model computed at each anchor, at real positions; None where its forward never
-    used the anchor's tensors."""
+    """What the model computed at each anchor, at real positions (None: its forward never did)."""
     mask = run.batch["attention_mask"]
     returned = {id(t) for t in tensors_in(run.output)}
     out: dict[Output, torch.Tensor | None] = {}

@@ -105,14 +105,11 @@ class Trace(TorchFunctionMode):
         return [c for c in self.calls if c.param_names & params]
 
     def last_use(self, params: set[str]) -> Call | None:
-        found = self.uses(params)
-        return found[-1] if found else None
+        return next(reversed(self.uses(params)), None)
 
     def consumers(self, call: Call) -> Iterator[Call]:
         """The later calls that read a tensor `call` returned."""
-        for later in self.calls[call.index + 1 :]:
-            if call.index in later.producers:
-                yield later
+        return (later for later in self.calls[call.index + 1 :] if call.index in later.producers)
 
     def unary_chain(self, call: Call) -> list[torch.Tensor]:
         """`call`'s output, then what each next call that reads only it (and no parameter)

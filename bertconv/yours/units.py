@@ -65,11 +65,10 @@ def layer_pattern(shapes: dict[str, tuple], layers: int) -> dict[str, str]:
     def is_layers(pattern: str) -> bool:
         return set(seen[pattern]) in runs and len(set(seen[pattern].values())) == 1
 
-    out = {}
-    for name in shapes:
-        fits = [p for p in found.get(name, []) if is_layers(p)]
-        out[name] = fits[0] if fits and layers > 1 else name
-    return out
+    return {
+        name: next((p for p in found.get(name, []) if layers > 1 and is_layers(p)), name)
+        for name in shapes
+    }
 
 
 def layer_index(pattern: str, name: str) -> int | None:
@@ -84,8 +83,7 @@ def layer_index(pattern: str, name: str) -> int | None:
 
 
 def units_from(trace: Trace, state: dict[str, torch.Tensor], config: BertConfig) -> list[Unit]:
-    """The model's units, as its traced forward uses its parameters; parameters it never uses,
-    paired by their names."""
+    """The model's units, as its traced forward uses its parameters (those unused: by name)."""
 
     def candidates():
         for call in trace.calls:  # tables first: a tied decoder is the word embeddings' table
@@ -193,8 +191,7 @@ ADDS = ("add", "__add__", "__radd__", "add_", "__iadd__")
 
 
 def _per_token(x, trace: Trace) -> bool:
-    """Is a projection's input every token's (B, T, H) or (N, H), rather than one vector per
-    sequence (B, H)?"""
+    """Is a projection's input every token's ((B, T, H), (N, H)), not one per sequence (B, H)?"""
     if not isinstance(x, torch.Tensor):
         return True
     batch = next(iter(trace.inputs.values())).shape[0]
