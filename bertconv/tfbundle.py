@@ -387,8 +387,11 @@ def read_bundle(prefix: Path, progress: Callable[[int], None] = lambda n: None) 
             tensors[e.name] = _stored(index, prefix, e, shards, paths)
             crcs[e.name] = e.crc
     del entries
-    _check_data_files(index, tensors)
-    _check_crcs(tensors, crcs, progress)
+    by_file: dict[Path, list[str]] = {}  # each data file's tensors, in the order of their bytes
+    for name in sorted(tensors, key=lambda n: (tensors[n].start, tensors[n].end)):
+        by_file.setdefault(tensors[name].path, []).append(name)
+    _check_data_files(index, tensors, by_file)
+    _check_crcs(tensors, crcs, by_file, progress)
     return tensors
 
 
@@ -455,36 +458,28 @@ def _stored(
     return t
 
 
-def _check_data_files(index: Path, tensors: dict[str, storage.Stored]) -> None:
+def _check_data_files(index: Path, tensors: dict, by_file: dict[Path, list[str]]) -> None:
     """Each tensor within its data file, and no two on the same bytes (TensorFlow writes each
     once; overlapping ones would be read and checked again and again)."""
-    by_file: dict[Path, list[tuple[int, int, str]]] = {}
-    for name, t in tensors.items():
-        by_file.setdefault(t.path, []).append((t.start, t.end, name))
-    for path, spans in by_file.items():
+    for path, names in by_file.items():
         try:
             with files.open_regular(path) as f:
                 size = os.fstat(f.fileno()).st_size
         except NotFoundError:
             raise NotFoundError(f"{index}: its data file {path.name} is not there") from None
-        if max(end for _, end, _ in spans) > size:
+        if max(tensors[name].end for name in names) > size:
             raise CheckpointError(
                 f"{path}: ends before the tensors its index names. {files.diagnose(path)}"
             )
-        spans.sort()
-        for (_, end, before), (start, _, name) in zip(spans, spans[1:], strict=False):
-            if start < end:
+        for before, name in zip(names, names[1:], strict=False):
+            if tensors[name].start < tensors[before].end:
                 raise CheckpointError(f"{index}: tensors {before!r} and {name!r} overlap")
 
 
-def _check_crcs(tensors: dict[str, storage.Stored], crcs: dict[str, int], progress) -> None:
+def _check_crcs(tensors: dict, crcs: dict[str, int], by_file: dict, progress) -> None:
     """Every tensor's bytes against its checksum, each data file read once, in the order of its
     bytes."""
-    files_of: dict[Path, list[str]] = {}
-    for name, t in tensors.items():
-        files_of.setdefault(t.path, []).append(name)
-    for path, names in files_of.items():
-        names.sort(key=lambda name: tensors[name].start)
+    for path, names in by_file.items():
         found = checksums(path, [tensors[name] for name in names], progress)
         for name, crc in zip(names, found, strict=True):
             if mask(crc) != crcs[name]:

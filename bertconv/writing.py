@@ -34,13 +34,10 @@ def write_safetensors(
     order = sorted(tensors, key=lambda name: _source_position(tensors[name]))
     header, offset = {"__metadata__": metadata}, 0
     for name in order:
-        size = nbytes(tensors[name])
-        header[name] = {
-            "dtype": tensors[name].dtype,
-            "shape": list(tensors[name].shape),
-            "data_offsets": [offset, offset + size],
-        }
-        offset += size
+        t = tensors[name]
+        end = offset + nbytes(t)
+        header[name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [offset, end]}
+        offset = end
     first = _source_position(tensors[order[0]])[1] if order else 0
     encoded = _padded(json.dumps(header, separators=(",", ":")).encode(), first)
     head = struct.pack("<Q", len(encoded)) + encoded
