@@ -151,8 +151,7 @@ def convert(
     and said to be."""
     from .api import convert_checkpoint, resolve
 
-    _check_layout(to, source)
-    selection = _selection(heads, groups)
+    selection = _checked_options(to, source, heads, groups)
     src = resolve(source, revision, say)
     out = out or _default_out(src.name, to)
     _report(convert_checkpoint(src, out, to, from_layout, selection), to, out)
@@ -183,8 +182,7 @@ def fetch(
         raise UsageError(
             f"{model_id!r} is not a Hub model id (org/name); for a directory use `convert`"
         )
-    _check_layout(to, model_id)
-    selection = _selection(heads, groups)
+    selection = _checked_options(to, model_id, heads, groups)
     out = out or _default_out(model_id, to)
     remote, result = fetch_model(model_id, out, to, revision, selection, say)
     if result is None:
@@ -197,27 +195,22 @@ def fetch(
     typer.echo(out)
 
 
-def _selection(heads: bool | None, groups: str | None):
-    """--heads/--no-heads or --groups, as the choice of groups to write."""
-    from .convert import Selection
-
-    if groups is None:
-        return Selection.of(heads)
-    if heads is not None:
-        raise UsageError("--groups names the groups to keep; leave out --heads/--no-heads")
-    return Selection.of([g.strip() for g in groups.split(",") if g.strip()])
-
-
-def _check_layout(to: str, source: str) -> None:
-    """Read the table now, so that a wrong --to fails before anything is read or fetched: one
-    that is not there, or one that bertconv recognises but never converts into."""
-    from .convert import check_convertible
+def _checked_options(to: str, source: str, heads: bool | None, groups: str | None):
+    """The groups to write (--heads/--no-heads or --groups), with --to's table read now, so that
+    a wrong --to fails before anything is read or fetched: one that is not there, or one that
+    bertconv recognises but never converts into."""
+    from .convert import Selection, check_convertible
     from .tables import describe, is_table_file, layout_names
 
     if not is_table_file(to) and to not in layout_names():
         raise UsageError(f"--to {to!r}: no such layout; one of {', '.join(layout_names())}")
     describe(to)
     check_convertible(None, to, source)
+    if groups is None:
+        return Selection.of(heads)
+    if heads is not None:
+        raise UsageError("--groups names the groups to keep; leave out --heads/--no-heads")
+    return Selection.of([g.strip() for g in groups.split(",") if g.strip()])
 
 
 def _default_out(name: str, to: str) -> Path:
