@@ -13,7 +13,7 @@ import hashlib
 import importlib
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,19 +144,18 @@ def _fetch_checked(remote: Remote, name: str, say) -> Path:
             else try_to_load_from_cache(remote.model_id, name, revision=remote.commit)
         )
     problem = integrity_problem(path)
-    if problem and cached and not remote.offline:
+    if not problem:
+        return path
+    _evict(path)
+    if cached and not remote.offline:
         say(f"the cached copy of {name} is damaged ({problem}): downloading it again")
-        _evict(path)
         return _fetch_checked(remote, name, say)
-    if problem:
-        _evict(path)
-        where = "cached copy" if cached else "download"
-        raise IntegrityError(
-            f"{remote.model_id}: the {where} of {name} does not match the ETag the Hub gave for it "
-            f"({problem}); it was removed from the cache. Run the command again; if this persists, "
-            "something between you and the Hub is altering the file."
-        )
-    return path
+    where = "cached copy" if cached else "download"
+    raise IntegrityError(
+        f"{remote.model_id}: the {where} of {name} does not match the ETag the Hub gave for it "
+        f"({problem}); it was removed from the cache. Run the command again; if this persists, "
+        "something between you and the Hub is altering the file."
+    )
 
 
 def integrity_problem(path: Path) -> str | None:
@@ -244,8 +243,6 @@ def _transport_errors(names: tuple[str, ...]) -> tuple[type[Exception], ...]:
     """httpx's exception classes: huggingface_hub 1.x uses httpx, 2.x its fork httpx2."""
     found = []
     for module in ("httpx", "httpx2"):
-        try:
+        with suppress(ImportError):
             found += [getattr(importlib.import_module(module), name) for name in names]
-        except ImportError:
-            continue
     return tuple(found)
