@@ -183,12 +183,8 @@ def _fetch_tf(top: list[str]) -> list[str] | None:
         )
     if not bundles:
         return None
-    prefix = bundles[0].removesuffix(".index")
-    return [bundles[0], f"{glob_escape(prefix)}.data-*-of-*"]
-
-
-def glob_escape(name: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+    prefix = "".join(f"[{c}]" if c in "*?[" else c for c in bundles[0].removesuffix(".index"))
+    return [bundles[0], f"{prefix}.data-*-of-*"]  # the prefix escaped for the glob
 
 
 def weight_patterns(top: list[str]) -> list[str]:

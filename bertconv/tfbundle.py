@@ -157,16 +157,19 @@ class Entry:
 
     __slots__ = ("name", "dtype", "shape", "shard", "offset", "size", "crc", "sliced")
 
-    def __init__(self, name: str, data: bytes):
+    def __init__(self, key: bytes, data: bytes):
+        try:
+            self.name = key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NotABundle(f"a tensor name that is not UTF-8 text ({key[:60]!r})") from None
         message = _message(data, {1: int, 2: bytes, 3: int, 4: int, 5: int, 6: int, 7: bytes})
-        self.name = name
         self.dtype = message.get(1, 0)
         self.shape = _shape(message.get(2, b""))
         self.shard, self.offset, self.size = (_signed(message.get(n, 0)) for n in (3, 4, 5))
         self.crc = message.get(6)
         self.sliced = 7 in message
         if min(self.shard, self.offset, self.size) < 0:
-            raise NotABundle(f"tensor {name!r} has a negative shard, offset or size")
+            raise NotABundle(f"tensor {self.name!r} has a negative shard, offset or size")
 
 
 def _shape(data: bytes) -> tuple[int, ...]:
@@ -399,7 +402,7 @@ def _entries(index: Path) -> tuple[int, list[Entry]]:
     """The number of data files, and each tensor's entry, of an .index file."""
     try:
         table = read_sstable(index)
-        return _header(table), [Entry(_name(key), value) for key, value in table[1:]]
+        return _header(table), [Entry(key, value) for key, value in table[1:]]
     except TooMany as e:  # a file that keeps to the format: no advice on damaged downloads
         raise CheckpointError(f"{index}: {e}") from None
     except NotABundle as e:
@@ -423,13 +426,6 @@ def _header(table: list[tuple[bytes, bytes]]) -> int:
     if needs > VERSION:
         raise NotABundle(f"written for readers of version {needs} and up; bertconv reads {VERSION}")
     return shards
-
-
-def _name(key: bytes) -> str:
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
-        raise NotABundle(f"a tensor name that is not UTF-8 text ({key[:60]!r})") from None
 
 
 def _stored(
