@@ -1,6 +1,7 @@
 """The likeliest ways a model's units can be BERT's (an assignment of roles), and its table."""
 
 import itertools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -275,17 +276,14 @@ def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
 def sections(choice: Assignment, model: Model) -> dict[str, dict[str, object]]:
     """The table's sections: {group: {the user's name: its row's value}}."""
     out: dict[str, dict[str, object]] = {}
-    fused_done = False
     known = model.roles
     for role in (r for r in known.units if r in choice.units):  # BERT's order
         unit, (prefix, group, _) = choice.units[role], known.units[role]
         target = out.setdefault(group, {})
         if role in known.single:
             target[model.patterns[unit.weight]] = prefix
-        elif role in choice.fused and unit.fused == 3:
-            if not fused_done:
-                target.update(_fused_rows(unit, choice, model))
-                fused_done = True
+        elif role in choice.fused and unit.fused == 3:  # the same rows for the three
+            target.update(_fused_rows(unit, choice, model))
         else:
             target.update(_unit_rows(unit, prefix, choice, role, model))
     return out
@@ -352,10 +350,6 @@ def table_text(raw: dict, spec: str, notes: list[str]) -> str:
 
 
 def _toml(value) -> str:
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
-    return str(value)
+    return json.dumps(value, ensure_ascii=False)  # a string, a number, a list of them: as in JSON

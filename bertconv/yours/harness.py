@@ -81,7 +81,6 @@ DEFAULTS = {
     "tie_word_embeddings": True,
     "bos_token_id": None,
     "eos_token_id": None,
-    "model_type": "bert",
     "output_hidden_states": False,
     "output_attentions": False,
     "return_dict": True,

@@ -3,13 +3,10 @@
     bertconv infer PKG.MODULE:NAME [--config CONFIG] [--out TABLE]
 
 The model is built on a small config whose sizes all differ (so that a shape says much) and run
-once, traced (trace.py). How its forward uses each parameter says what the parameter is: the
-weight and bias of one projection (`F.linear(x, W, b)`, `x @ W + b`: stored as it is or
-transposed), the gamma and beta of one LayerNorm (`F.layer_norm`, or `g * (x - mean) / std + b`
-written by hand), an embedding table (`F.embedding`, `W[ids]`, `W[:T]`), query, key and value
-fused in one tensor; and in which order the forward uses them, and on what (every token, or one
-per sequence). That settles pairs and roles that names cannot (`g1`/`b1`, `a_2`/`b_2`,
-`proj_q`); name hints only break ties.
+once, traced (trace.py). How its forward uses each parameter says what the parameter is (units.py:
+a projection's weight and bias, a LayerNorm's gamma and beta, an embedding table, query, key and
+value fused), in which order and on what (every token, or one per sequence). That settles pairs
+and roles that names cannot (`g1`/`b1`, `a_2`/`b_2`, `proj_q`); name hints only break ties.
 
 The first assignment is then checked by running the model with the weights of a random BERT
 against bertconv's own (the class its heads make, which verify proves computes what
@@ -227,16 +224,10 @@ def _model(trace: Trace, tensors: dict, config: BertConfig) -> assign.Model:
     tied = {name: first[key] for name, key in keys.items() if first[key] != name}
     distinct = {n: t for n, t in tensors.items() if n not in tied}
     units = units_from(trace, distinct, config)
-    first = min(
-        (i for n, p in patterns.items() if (i := layer_index(p, n)) is not None), default=None
-    )
-    layer, outside = [], []
-    for unit in units:
-        index = layer_index(patterns[unit.weight], unit.weight)
-        if index is None:
-            outside.append(unit)
-        elif index == first:
-            layer.append(unit)
+    index = {n: layer_index(p, n) for n, p in patterns.items()}
+    first = min((i for i in index.values() if i is not None), default=-1)
+    layer = [u for u in units if index[u.weight] == first]
+    outside = [u for u in units if index[u.weight] is None]
     return assign.Model(layer, outside, patterns, tied, config)
 
 

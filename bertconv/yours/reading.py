@@ -8,7 +8,7 @@ from ..catalog import anchors as catalog_anchors
 from ..config import BertConfig
 from ..errors import UsageError
 from ..mapping import Table
-from ..outputs import POOLER, Head, Output, layer
+from ..outputs import POOLER, Head, Output
 from .harness import Run
 from .trace import tensors_in
 
@@ -21,8 +21,8 @@ def anchors(table: Table, config: BertConfig, groups: set[str]) -> dict[Output, 
         if key not in ("embeddings", "layer") and key not in groups:
             continue
         count = config.num_hidden_layers if key == "layer" else 1
-        labels = [layer(i + 1) for i in range(count)] if key == "layer" else [Output(key)]
-        for i, label in enumerate(labels):
+        for i in range(count):
+            label = Output(key, i + 1 if key == "layer" else None)
             users = {n for o in officials for n in table.names_for(o.replace("{layer}", str(i)))}
             if users:
                 out[label] = users

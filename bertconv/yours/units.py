@@ -201,23 +201,21 @@ def _per_token(x, trace: Trace) -> bool:
 def _norms(call, trace: Trace, state: dict) -> list[Unit]:
     """LayerNorms: F.layer_norm(x, shape, gamma, beta), or by hand: gamma times the normalised
     input, then beta added (through division, say, but no other parameter)."""
+
+    def norm(gamma: str, beta: str | None) -> list[Unit]:
+        return [Unit(gamma, tuple(state[gamma].shape), beta, "norm", order=call.index)]
+
     if call.name in NORM_CALLS:
         g, b = _param(trace, _arg(call, 2, "weight")), _param(trace, _arg(call, 3, "bias"))
-        if g is None:
-            return []
-        return [Unit(g[0], tuple(state[g[0]].shape), b[0] if b else None, "norm", order=call.index)]
+        return [] if g is None else norm(g[0], b[0] if b else None)
     if call.name not in ("mul", "__mul__", "__rmul__", "mul_", "addcmul"):
         return []
     vectors = [_param(trace, a) for a in call.args[:3] if isinstance(a, torch.Tensor)]
-    vectors = [v for v in vectors if v and state[v[0]].dim() == 1]
+    vectors = [v[0] for v in vectors if v and state[v[0]].dim() == 1]
     if call.name == "addcmul" and len(vectors) == 2:  # addcmul(beta, gamma, x)
-        beta, gamma = vectors
-        return [Unit(gamma[0], tuple(state[gamma[0]].shape), beta[0], "norm", order=call.index)]
+        return norm(vectors[1], vectors[0])
     beta = _added_after(call, trace, adds_only=False) if len(vectors) == 1 else None
-    if beta is None:
-        return []
-    gamma, beta = vectors[0][0], _param(trace, beta)[0]
-    return [Unit(gamma, tuple(state[gamma].shape), beta, "norm", order=call.index)]
+    return [] if beta is None else norm(vectors[0], _param(trace, beta)[0])
 
 
 def _added_after(call, trace: Trace, adds_only: bool) -> torch.Tensor | None:
@@ -253,10 +251,9 @@ def _lookups(call, trace: Trace, state: dict) -> list[Unit]:
             units.append(_embedding(found[0], state, call.index, sources))
     for value in call.args[:2]:
         origin = trace.origin(value) if isinstance(value, torch.Tensor) else None
-        if origin and len(origin.params) == 1 and _is_table(state[origin.params[0]]):
-            steps = [s for s, _ in origin.steps]
-            if any(s in LOOKUP_CALLS for s in steps):
-                units.append(_embedding(origin.params[0], state, call.index, frozenset()))
+        looked_up = origin and any(step in LOOKUP_CALLS for step, _ in origin.steps)
+        if looked_up and len(origin.params) == 1 and _is_table(state[origin.params[0]]):
+            units.append(_embedding(origin.params[0], state, call.index, frozenset()))
     return units
 
 
