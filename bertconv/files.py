@@ -106,13 +106,10 @@ def _depth(value) -> int:
 def read_json_object(path: Path, limit: int = JSON_LIMIT) -> dict:
     value = read_json(path, limit)
     if not isinstance(value, dict):
-        raise CheckpointError(f"{path}: holds a JSON {_json_type(value)}, not an object")
+        names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+        kind = "null" if value is None else names.get(type(value), type(value).__name__)
+        raise CheckpointError(f"{path}: holds a JSON {kind}, not an object")
     return value
-
-
-def _json_type(value) -> str:
-    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
-    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 def plain_name(name: object, where: str) -> str:

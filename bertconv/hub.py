@@ -146,7 +146,9 @@ def _fetch_checked(remote: Remote, name: str, say) -> Path:
     problem = integrity_problem(path)
     if not problem:
         return path
-    _evict(path)
+    blob = path.resolve()  # the file and its blob removed: the next attempt downloads it afresh
+    path.unlink(missing_ok=True)
+    blob.unlink(missing_ok=True)
     if cached and not remote.offline:
         say(f"the cached copy of {name} is damaged ({problem}): downloading it again")
         return _fetch_checked(remote, name, say)
@@ -178,13 +180,6 @@ def _hash(path: Path, h) -> str:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _evict(path: Path) -> None:
-    """Remove a cached file and its blob, so the next attempt downloads it afresh."""
-    blob = path.resolve()
-    path.unlink(missing_ok=True)
-    blob.unlink(missing_ok=True)
 
 
 @contextmanager
