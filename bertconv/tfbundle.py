@@ -207,7 +207,12 @@ def read_sstable(path: Path) -> list[tuple[bytes, bytes]]:
         budget -= sum(len(k) + len(v) for k, v in entries)
         out += entries
         end = offset + size + TRAILER
-    _check_sorted(out)
+    # Sorted, each key once: a name twice would leave which tensor it means to the order of reading.
+    for (before, _), (key, _) in zip(out, out[1:], strict=False):
+        if key == before:
+            raise NotABundle(f"it names {_text(key)!r} twice")
+        if key < before:
+            raise NotABundle(f"its keys are out of order ({_text(key)!r} after {_text(before)!r})")
     return out
 
 
@@ -271,16 +276,6 @@ def _block_entries(block: bytes, budget: int, room: int) -> list[tuple[bytes, by
             )
         out.append((key, value))
     return out
-
-
-def _check_sorted(entries: list[tuple[bytes, bytes]]) -> None:
-    """A table is sorted, each key once: a name twice would leave which tensor it means to the
-    order of reading."""
-    for (before, _), (key, _) in zip(entries, entries[1:], strict=False):
-        if key == before:
-            raise NotABundle(f"it names {_text(key)!r} twice")
-        if key < before:
-            raise NotABundle(f"its keys are out of order ({_text(key)!r} after {_text(before)!r})")
 
 
 def _text(key: bytes) -> str:
