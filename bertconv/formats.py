@@ -144,8 +144,7 @@ def _model_checkpoint_path(record: Path) -> str:
         data = f.read(RECORD_LIMIT + 1)
     if len(data) > RECORD_LIMIT:
         raise CheckpointError(f"{record}: larger than 64 KB, more than a `checkpoint` file")
-    text = data.decode("utf-8", "replace")
-    pairs = (line.partition(":") for line in text.splitlines())
+    pairs = (line.partition(":") for line in data.decode("utf-8", "replace").splitlines())
     named = [v.strip().strip('"') for k, _, v in pairs if k.strip() == "model_checkpoint_path"]
     if len(named) != 1:
         # TensorFlow reads the last of several; a file that says two things is refused.

@@ -151,13 +151,17 @@ def _legacy_globals(path: Path, f) -> set[str]:
     then the state dict. Anything else (a text file, an HTML page) is refused here."""
     size = os.fstat(f.fileno()).st_size
     try:
-        magic = _first_value(Bounded(f, size))
+        # The first pickle holds one plain number, read without unpickling.
+        ops = pickletools.genops(Bounded(f, size))
+        values = [arg for op, arg, _ in ops if op.name not in ("PROTO", "STOP", "FRAME")]
+        if len(values) != 1 or not isinstance(values[0], int):
+            raise ValueError("it does not start with torch's magic number")
     except (ValueError, EOFError, IndexError, KeyError, OverflowError) as e:
         raise CheckpointError(
             f"{path}: not a readable PyTorch checkpoint ({e or type(e).__name__}). "
             f"{files.diagnose(path)}"
         ) from None
-    if magic != LEGACY_MAGIC:
+    if values[0] != LEGACY_MAGIC:
         raise CheckpointError(
             f"{path}: not a PyTorch checkpoint (neither torch's zip format nor its legacy "
             f"one). {files.diagnose(path)}"
@@ -184,15 +188,6 @@ class Bounded:
         line = self.stream.readline(self.left)
         self.left -= len(line)
         return line
-
-
-def _first_value(f):
-    """The value of a pickle that holds one plain number, read without unpickling."""
-    ops = list(pickletools.genops(f))
-    values = [arg for op, arg, _ in ops if op.name not in ("PROTO", "STOP", "FRAME")]
-    if len(values) != 1 or not isinstance(values[0], int):
-        raise ValueError("it does not start with torch's magic number")
-    return values[0]
 
 
 def _globals(path: Path, stream) -> set[str]:
