@@ -56,10 +56,6 @@ class TooMany(NotABundle):
     """The files keep to the format, but list more than any model's checkpoint does."""
 
 
-# CRC32C, as TensorFlow (and LevelDB) store it: masked, so that a CRC of data holding CRCs
-# is not itself a weak one.
-
-
 def crc32c(data: bytes, crc: int = 0) -> int:
     import google_crc32c
 
@@ -67,6 +63,8 @@ def crc32c(data: bytes, crc: int = 0) -> int:
 
 
 def mask(crc: int) -> int:
+    """CRC32C as TensorFlow (and LevelDB) store it: masked, so that a CRC of data holding CRCs
+    is not itself a weak one."""
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
