@@ -60,7 +60,6 @@ class Assignment:
     transposed: dict[str, bool] = field(default_factory=dict)  # role -> stored (in, out)
     swapped: frozenset[str] = frozenset()  # norms whose two tensors are the other way round
     fused: tuple[str, ...] = ("query", "key", "value")  # the order a fused unit holds them
-    tied: dict[str, str] = field(default_factory=dict)  # a copy's name -> the name it copies
 
 
 # The likeliest assignment, and its alternatives --------------------------------------------------

@@ -95,12 +95,12 @@ def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=No
         return None
     view, config = Values(trace, table, pooled), bert.config
     try:
-        if row.kind == "embeddings":
-            steps = embedding_steps(view, bert, config)
-        elif row.kind == "layer":
+        if row.kind == "layer":
             steps = layer_steps(view, bert, config, row.index - 1)
         else:
-            steps = pooler_steps(view, bert, config)
+            steps = (embedding_steps if row.kind == "embeddings" else pooler_steps)(
+                view, bert, config
+            )
         with torch.inference_mode():
             return walk(str(row), steps, view.mask)
     except (RuntimeError, ValueError, IndexError, KeyError, NotImplementedError) as e:
@@ -134,10 +134,8 @@ def _explained(step: Step, mask, d0: float, scale: float) -> tuple[str | None, f
             value = compute()
         except (RuntimeError, ValueError, IndexError):  # a variant of another shape
             continue
-        if value is None or value.shape != step.bert.shape:
-            continue
-        d = distance(step.yours, value, mask)
-        if d < best_d:
+        # distance: infinite for a value of another shape (walk has the model's of BERT's shape)
+        if value is not None and (d := distance(step.yours, value, mask)) < best_d:
             best, best_d = cause, d
     if best is not None and best_d * CLEAR < d0 and best_d <= STEP_TOLERANCE * scale:
         if best == "dropout left active":

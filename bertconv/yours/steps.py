@@ -65,9 +65,7 @@ class Step:
     def dropped(self) -> torch.Tensor | None:
         """BERT's values, dropped where the model's are zero, the rest scaled as dropout does."""
         ratio = self.dropout_ratio()
-        if ratio is None:
-            return None
-        return torch.where(self.yours == 0, torch.zeros_like(self.bert), self.bert * ratio)
+        return None if ratio is None else torch.where(self.yours == 0, 0.0, self.bert * ratio)
 
 
 def distance(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
@@ -81,9 +79,6 @@ def distance(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
     return math.inf if value != value else value
 
 
-# Running the reference's code on the user's values -------------------------------------
-
-
 def replacing(given: dict[nn.Module, object], compute: Callable[[], torch.Tensor]):
     """`compute()`, each module of `given` returning the value given instead of its own."""
     with ExitStack() as hooks:
@@ -92,21 +87,10 @@ def replacing(given: dict[nn.Module, object], compute: Callable[[], torch.Tensor
         return compute()
 
 
-def input_of(module: nn.Module, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """What `module` reads when `compute()` runs."""
-    seen = []
-    with module.register_forward_pre_hook(lambda _m, args: seen.append(args[0])):
-        compute()
-    return seen[0]
-
-
 def prefixes(config: BertConfig, index: int = 0) -> dict[str, str]:
     """Each of BERT's units (the catalog's) -> its official prefix, in layer `index`."""
     units = roles(config.model_type).units
     return {role: prefix.replace("{layer}", str(index)) for role, (prefix, _, _) in units.items()}
-
-
-# The model's values, through its table ---------------------------------------------------------
 
 
 class Values:
@@ -231,7 +215,10 @@ def embedding_steps(view: Values, model: BertModel, config: BertConfig) -> Itera
     deviations["the word embeddings scaled by sqrt(hidden_size)"] = lambda: summed(
         w=word * math.sqrt(config.hidden_size)
     )
-    deviations |= norm_deviations(input_of(emb.LayerNorm, summed), emb.LayerNorm, config)
+    read = []  # what the LayerNorm reads: the sum
+    with emb.LayerNorm.register_forward_pre_hook(lambda _m, args: read.append(args[0])):
+        summed()
+    deviations |= norm_deviations(read[0], emb.LayerNorm, config)
     name = "the embeddings' sum and its LayerNorm"
     yield Step(name, view.output(p["embeddings norm"]), summed(), deviations)
 

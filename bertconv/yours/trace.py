@@ -55,7 +55,6 @@ class Call:
     producers: list[int | None]  # the call that made each input (None: not made in the trace)
     params: list[tuple[int, Origin]]  # (position in inputs, the parameters it is made of)
     output: Any
-    sources: frozenset[str]  # the model's inputs it depends on (input_ids, attention_mask, ...)
 
     @property
     def param_names(self) -> set[str]:
@@ -163,7 +162,7 @@ class Trace(TorchFunctionMode):
                     self._keep.append(t)
             return
         producers = [self._producer.get(id(t)) for t in inputs]
-        call = Call(len(self.calls), name, args, kwargs, inputs, producers, used, out, sources)
+        call = Call(len(self.calls), name, args, kwargs, inputs, producers, used, out)
         self.calls.append(call)
         self._keep += inputs
         for t in tensors_in(out):
@@ -177,9 +176,7 @@ def _name(func) -> str | None:
     if name == "__get__":  # an attribute: only the views among them compute anything
         attribute = getattr(getattr(func, "__self__", None), "__name__", None)
         return attribute if attribute in VIEW_ATTRIBUTES else None
-    if name in ("__set__", "_set_grad_enabled"):
-        return None
-    return name
+    return None if name in ("__set__", "_set_grad_enabled") else name
 
 
 def tensors_in(value, depth: int = 0) -> Iterator[torch.Tensor]:

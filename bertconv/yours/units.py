@@ -103,18 +103,13 @@ def units_from(trace: Trace, state: dict[str, torch.Tensor], config: BertConfig)
 def _param(trace: Trace, value) -> tuple[str, int] | None:
     """(the parameter a tensor is, flips of its two last dims on the way) for a tensor made of
     one parameter by views alone; None for any other."""
-    if not isinstance(value, torch.Tensor):
-        return None
-    origin = trace.origin(value)
+    origin = trace.origin(value) if isinstance(value, torch.Tensor) else None
     if origin is None or len(origin.params) != 1:
         return None
-    flips = 0
-    for name, args in origin.steps:
-        if _flips(name, args):
-            flips += 1
-        elif name not in VIEWS:
-            return None
-    return origin.params[0], flips
+    flips = [_flips(name, args) for name, args in origin.steps]
+    if not all(flip or name in VIEWS for flip, (name, _) in zip(flips, origin.steps, strict=True)):
+        return None
+    return origin.params[0], sum(flips)
 
 
 def _flips(name: str, args: tuple) -> bool:
