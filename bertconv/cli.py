@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from .errors import BertconvError, Interrupted, OutputError, UsageError
+from .errors import BertconvError, Interrupted, NotBertError, OutputError, UsageError
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug in bertconv, never the user's doing
 
@@ -336,7 +336,6 @@ def infer(
     pooler without tanh, a missing part) is refused, saying where the closest diverges (exit 1);
     your code raising or exiting is reported with where (exit 2). Then: `bertconv convert CKPT
     --to TABLE` and `bertconv verify CKPT --model MODEL --layout TABLE`."""
-    from .errors import NotBertError
     from .files import read_json_object
     from .yours.infer import infer as run_infer
 

@@ -71,13 +71,15 @@ def _no_constants(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read_json(path: Path, limit: int = JSON_LIMIT):
-    """Parse a JSON file of at most `limit` bytes. NaN and Infinity, which Python's parser
-    accepts but JSON does not, are refused."""
+def read_json_object(path: Path) -> dict:
+    """Parse a JSON file of at most JSON_LIMIT bytes that holds an object. NaN and Infinity,
+    which Python's parser accepts but JSON does not, are refused."""
     with open_regular(path) as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise CheckpointError(f"{path}: larger than {limit >> 20} MB; this is not a {path.name}")
+        data = f.read(JSON_LIMIT + 1)
+    if len(data) > JSON_LIMIT:
+        raise CheckpointError(
+            f"{path}: larger than {JSON_LIMIT >> 20} MB; this is not a {path.name}"
+        )
     try:
         value = json.loads(data, parse_constant=_no_constants)
     except (ValueError, RecursionError) as e:  # JSONDecodeError, bad UTF-8, too deep, too long
@@ -88,6 +90,10 @@ def read_json(path: Path, limit: int = JSON_LIMIT):
             f"{path}: nested more than {JSON_DEPTH} deep; no {path.name} is (config.json's "
             "deepest field is a few levels down)"
         )
+    if not isinstance(value, dict):
+        names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+        kind = "null" if value is None else names.get(type(value), type(value).__name__)
+        raise CheckpointError(f"{path}: holds a JSON {kind}, not an object")
     return value
 
 
@@ -101,15 +107,6 @@ def _depth(value) -> int:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return deepest
-
-
-def read_json_object(path: Path, limit: int = JSON_LIMIT) -> dict:
-    value = read_json(path, limit)
-    if not isinstance(value, dict):
-        names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
-        kind = "null" if value is None else names.get(type(value), type(value).__name__)
-        raise CheckpointError(f"{path}: holds a JSON {kind}, not an object")
-    return value
 
 
 def plain_name(name: object, where: str) -> str:
