@@ -12,14 +12,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import BertConfig
-from .model import ACTIVATION_FNS, BertModel, BertOutput, LayerNorm, Padding
+from .model import BertModel, BertOutput, LayerNorm, Padding, activation
 
 
 class PredictionHeadTransform(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act = ACTIVATION_FNS[config.hidden_act]
+        self.act = activation(config.hidden_act)
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -103,6 +103,26 @@ def batch() -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture
+def computing(monkeypatch):
+    """Make bertconv's model, as verify builds it, compute another activation in its
+    feed-forward (the activation the diagnosis recomputes with stays BERT's)."""
+    import bertconv.verify
+
+    build = bertconv.verify.build
+
+    def swap(activation) -> None:
+        def built(*args):
+            model = build(*args)
+            for layer in model.encoder.layer:
+                layer.intermediate.act = activation
+            return model
+
+        monkeypatch.setattr(bertconv.verify, "build", built)
+
+    return swap
+
+
+@pytest.fixture
 def cli(capsys):
     """Run the command line in this process as a user would type it: (exit code, stdout,
     stderr), through the same error handling as the installed command."""
