@@ -243,3 +243,11 @@ def tasks(tmp_path_factory) -> dict[tuple[str, str], Path]:
         for form in FORMS:
             out[task, form] = write_task(model, form, root / f"{task}-{form}".replace(" ", "-"))
     return out
+
+
+@pytest.fixture
+def source(checkpoints, tmp_path) -> Path:
+    """A copy of the tiny pre-training checkpoint, for a test to spoil."""
+    from hostile import copy_checkpoint
+
+    return copy_checkpoint(checkpoints["pretraining"], tmp_path / "src")

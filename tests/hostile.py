@@ -1,6 +1,6 @@
 """Hostile files, made the way strangers' files really come: safetensors headers that break the
 format, pickles that would run code, configs and indexes of the wrong shape. Shared by
-test_hostile.py and the fuzzer (fuzz.py).
+the tests of files from strangers and of outputs, and the fuzzer (fuzz.py).
 
 Every file a test makes on purpose to be unreadable is registered with `hostile()`, so that the
 session's last check (conftest.py) can open every other safetensors file the suite wrote with
@@ -11,11 +11,16 @@ import json
 import os
 import pickle
 import struct
+import sys
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
 
+import pytest
 import torch
+
+import bertconv
+from bertconv.errors import BertconvError
 
 HOSTILE: set[Path] = set()
 CANARY = "BERTCONV_CANARY"  # the environment variable naming the file a pickle's code would make
@@ -272,3 +277,41 @@ def state_dict_of(path: Path) -> OrderedDict:
     from safetensors.torch import load_file
 
     return OrderedDict(load_file(path))
+
+
+CLI = [sys.executable, "-c", "from bertconv.cli import main; main()"]
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file under `directory`, by relative path: to show that nothing changed."""
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+def refused(result, code: int, *fragments: str) -> str:
+    """The command failed with `code` and one message naming each fragment."""
+    exit_code, out, err = result
+    assert exit_code == code, err
+    assert err.startswith("bertconv: error: ") and "Traceback" not in err, err
+    assert err.count("bertconv: error: ") == 1, err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+def convert_fails(cli, src: Path, tmp_path: Path, code: int, *fragments, load=True) -> str:
+    """convert SRC refuses with `code`; the source is untouched; no output directory is left;
+    bertconv.load (which needs no tokenizer) refuses with the same kind of error."""
+    before = snapshot(src)
+    out = tmp_path / "made" / "out"
+    err = refused(cli("convert", src, "--out", out), code, str(src), *fragments)
+    assert snapshot(src) == before
+    assert not (tmp_path / "made").exists(), "an output directory outlived the failure"
+    if load:
+        with pytest.raises(BertconvError) as raised:
+            bertconv.load(src)
+        assert raised.value.exit_code == code
+    return err

@@ -1,4 +1,4 @@
-"""When a BERT differs (issue 16): verify and infer say where (the first step of the failing
+"""When a BERT differs: verify and infer say where (the first step of the failing
 output that differs, and the steps before it that agree) and why (the deviation whose
 recomputation reproduces the model's values), for each deviation people make, in models built
 of modules and of raw parameters alike (tests/zoo/deviations.py)."""

@@ -1,4 +1,4 @@
-"""Round trips (issue 10): official -> X -> official is bit-identical, tensor by tensor, through
+"""Round trips: official -> X -> official is bit-identical, tensor by tensor, through
 every pair of shipped tables for every class they hold, and through random tables built from the
 transform registry on random configs (hypothesis)."""
 

@@ -1,4 +1,4 @@
-"""Every BERT class transformers writes (issue 9): written by transformers in every form real
+"""Every BERT class transformers writes: written by transformers in every form real
 checkpoints come in, read, converted into every layout that can hold it, loaded into bertconv's
 class for it, and verified against transformers' class with every head's outputs compared."""
 

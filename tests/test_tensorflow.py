@@ -1,4 +1,4 @@
-"""TensorFlow's formats without TensorFlow (issue 11): checkpoints TensorFlow itself wrote
+"""TensorFlow's formats without TensorFlow: checkpoints TensorFlow itself wrote
 (tests/fixtures/tf, made by make_tf_fixtures.py) are read exactly, every checksum checked;
 bertconv's writer produces the bytes TensorFlow produced; google-research/bert's directories
 convert as shipped; transformers' tf_model.h5 is read with h5py."""

@@ -1,4 +1,4 @@
-"""Hostile TensorFlow files, class by class (issue 11): bundles whose index or data break the
+"""Hostile TensorFlow files, class by class: bundles whose index or data break the
 format (each spoiled index rebuilt with valid checksums, so that the check behind them is the
 one that answers), and tf_model.h5 files that lead elsewhere or claim more than they hold. Each
 gives one message and its documented exit code, never a traceback, a hang, unbounded memory, or
@@ -16,10 +16,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from test_hostile import refused, snapshot
 
 from bertconv import h5weights, storage, tfbundle
 from bertconv.errors import CheckpointError
+from hostile import refused, snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf"
 INDEX, DATA = "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"

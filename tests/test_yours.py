@@ -1,4 +1,4 @@
-"""Your own from-scratch BERT (issue 10): tables from a file, `bertconv infer` writing one for a
+"""Your own from-scratch BERT: tables from a file, `bertconv infer` writing one for a
 model it has never seen, and `bertconv verify --model` proving parity on the user's own class
 with no change to its code. The models are the seeds' (as their write-ups define them) and a zoo
 written the ways people write BERT (zoo/assorted.py; test_zoo.py has the rest of the zoo)."""

@@ -1,4 +1,4 @@
-"""Your own BERT as people really write it (issue 15): the zoo under tests/zoo/, written in the
+"""Your own BERT as people really write it: the zoo under tests/zoo/, written in the
 styles public from-scratch BERTs use (torch's TransformerEncoder, raw parameters in functional
 code, fused qkv and Wqkv, ModuleDicts, a LayerNorm by hand with a_2/b_2, LinearActivation, a
 mask the model makes itself, lengths for a mask, forward(x, seg, mask), a config dataclass of
@@ -243,3 +243,10 @@ def test_masks_of_other_things_are_not_the_attention_mask():
         "src": "input_ids",
         "src_key_padding_mask": "attention_mask",
     }
+
+
+def test_a_model_file_that_exits_on_import_compares_nothing(checkpoints, cli):
+    code, out, err = cli(
+        "verify", checkpoints["base"], "--model", f"{ZOO / 'exits_on_import.py'}:Bert"
+    )
+    assert code == 2 and "sys.exit(2)" in err and "PASSED" not in out
