@@ -62,9 +62,6 @@ class Assignment:
     fused: tuple[str, ...] = ("query", "key", "value")  # the order a fused unit holds them
 
 
-# The likeliest assignment, and its alternatives --------------------------------------------------
-
-
 @dataclass
 class Model:
     """The user's model as infer sees it: its units in a layer (layer 0's) and outside."""
@@ -334,11 +331,8 @@ def table_text(raw: dict, spec: str, notes: list[str]) -> str:
         f"description = {_toml(f'{spec}, inferred by bertconv infer')}",
     ]
     if "pooler" in raw.get("groups", {}):
-        lines += [
-            "",
-            "# Its class builds the pooler: a file without one cannot load into it.",
-            'requires = ["pooler"]',
-        ]
+        why = "# Its class builds the pooler: a file without one cannot load into it."
+        lines += ["", why, 'requires = ["pooler"]']
     blocks = [(f"[{ENCODER}]", raw[ENCODER])]
     blocks += [(f"[groups.{g}]", rows) for g, rows in raw.get("groups", {}).items()]
     blocks += [("[tied]", raw.get("tied", {})), ("[generated]", raw.get("generated", {}))]

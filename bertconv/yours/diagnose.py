@@ -110,7 +110,7 @@ def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=No
 
 def walk(row: str, steps, mask: torch.Tensor) -> Diagnosis:
     """The first step that differs, and the deviation that explains it."""
-    agreeing, largest = [], 0.0
+    agreeing = []
     for step in steps:
         if step.yours is None or step.yours.shape != step.bert.shape:
             continue  # not told apart in this model (inside nn.MultiheadAttention, say)
@@ -120,8 +120,7 @@ def walk(row: str, steps, mask: torch.Tensor) -> Diagnosis:
         if d0 > STEP_TOLERANCE * scale or cause is not None:
             return Diagnosis(row, step.name, d0, agreeing, cause, d1, step.detail)
         agreeing.append((step.name, d0))
-        largest = max(largest, d0)
-    return Diagnosis(row, None, largest, agreeing)
+    return Diagnosis(row, None, max((d for _, d in agreeing), default=0.0), agreeing)
 
 
 def _explained(step: Step, mask, d0: float, scale: float) -> tuple[str | None, float | None]:

@@ -241,13 +241,10 @@ def _size_arguments(factory: Callable, config: Config) -> dict | None:
     """Keyword arguments for a constructor that takes sizes by name; None where it takes the
     config (one parameter, or one whose name says config)."""
     try:
-        params = [
-            p
-            for p in inspect.signature(factory).parameters.values()
-            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
+        params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
         return None
+    params = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if len(params) <= 1 or any("config" in p.name.lower() or p.name == "cfg" for p in params):
         return None
     fields = {n: f for f, names in SIZE_NAMES.items() for n in names}

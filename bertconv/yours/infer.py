@@ -69,9 +69,6 @@ class Inference:
     diagnosis: object = None  # diagnose.Diagnosis: where and why the closest assignment differs
 
 
-# Running candidates ----------------------------------------------------------------------------
-
-
 class Probe:
     """The user's model and bertconv's BERT (the class its heads make) on the probe config,
     holding the same random weights (random_weights), and the batch both read."""
@@ -299,25 +296,20 @@ class Search:
         return distances
 
     def _raw(self, chosen: dict) -> dict:
-        units = {r: u for a in chosen.values() for r, u in a.units.items()}
-        merged = assign.Assignment(
-            units,
-            {r: t for a in chosen.values() for r, t in a.transposed.items()},
-            frozenset().union(*(a.swapped for a in chosen.values())),
-            chosen["layers"].fused,
-        )
+        parts = chosen.values()
+        units = {r: u for a in parts for r, u in a.units.items()}
+        transposed = {r: t for a in parts for r, t in a.transposed.items()}
+        swapped = frozenset().union(*(a.swapped for a in parts))
+        merged = assign.Assignment(units, transposed, swapped, chosen["layers"].fused)
         name = self.spec.rpartition(":")[2]
         return assign.raw_table(name, assign.sections(merged, self.user), self.user, self.generated)
 
     def _uncovered(self, chosen: dict) -> str | None:
         """Why no table can hold the model: tensors no part of BERT fits."""
         raw = self._raw(chosen)
-        rows = [n for part in (raw[ENCODER], *raw.get("groups", {}).values()) for n in part]
-        named = {
-            n.replace("{layer}", str(i))
-            for n in rows + list(raw.get("tied", {}))
-            for i in range(self.config.num_hidden_layers)
-        }
+        parts = (raw[ENCODER], raw.get("tied", {}), *raw.get("groups", {}).values())
+        layers = range(self.config.num_hidden_layers)
+        named = {n.replace("{layer}", str(i)) for part in parts for n in part for i in layers}
         left = [n for n in self.user.patterns if n not in named]
         if not left:
             return None
@@ -328,12 +320,8 @@ class Search:
         )
 
     def _notes(self, chosen: dict) -> list[str]:
-        unused = [
-            u.weight
-            for a in chosen.values()
-            for u in a.units.values()
-            if u.order == UNUSED and u.kind != "embedding"
-        ]
+        units = [u for a in chosen.values() for u in a.units.values()]
+        unused = [u.weight for u in units if u.order == UNUSED and u.kind != "embedding"]
         never = "Never used by its forward (placed by name and shape only)"
         return [f"{never}: {', '.join(unused)}"] if unused else []
 

@@ -231,12 +231,9 @@ def layer_steps(view: Values, model: BertModel, config: BertConfig, index: int) 
     x = view.hidden(before)
     if x is None:
         return
-    yield Step(  # whichever of its two LayerNorms a table takes for the first
-        "the layer's input",
-        view.input(p["query"]),
-        x,
-        [(PRE_LN, lambda: first.LayerNorm(x)), (PRE_LN, lambda: second.LayerNorm(x))],
-    )
+    # whichever of its two LayerNorms a table takes for the first
+    pre_ln = [(PRE_LN, lambda: first.LayerNorm(x)), (PRE_LN, lambda: second.LayerNorm(x))]
+    yield Step("the layer's input", view.input(p["query"]), x, pre_ln)
     own = {}
     projections = dict(zip(ATTENTION, (sa.Wq, sa.Wk, sa.Wv), strict=True))
     for name, W in projections.items():
@@ -252,12 +249,8 @@ def layer_steps(view: Values, model: BertModel, config: BertConfig, index: int) 
         own[name] = W(x) if yours is None else yours
     context = attend(sa, own, view.mask)
     yours_context = view.input(p["attention output"])
-    yield Step(
-        "the attention (scores, scaling, mask, softmax)",
-        yours_context,
-        context,
-        attention_deviations(sa, own, view.mask, config),
-    )
+    deviations = attention_deviations(sa, own, view.mask, config)
+    yield Step("the attention (scores, scaling, mask, softmax)", yours_context, context, deviations)
     context = context if yours_context is None else yours_context
     dense, norm = p["attention output"], p["attention norm"]
     yield from sublayer(view, first, config, context, x, dense, norm, after=p["intermediate"])
@@ -294,15 +287,10 @@ def activation_step(yours, inter: torch.Tensor, config: BertConfig) -> Step:
 def sublayer(view: Values, add_norm: AddNorm, config, x_in, residual, dense, norm, after=None):
     """A sublayer's output projection, then its residual and LayerNorm (the model's AddNorm);
     `after`: the unit that reads its output, for the attention's."""
-    out = add_norm.dense(x_in)
-    yours = view.output(dense)
-    if yours is not None and distance(yours, out + residual, view.mask) < distance(
-        yours, out, view.mask
-    ):
-        out = out + residual  # the bias added after the residual: both in one call
-        residual_in = None
-    else:
-        residual_in = residual
+    out, yours, mask = add_norm.dense(x_in), view.output(dense), view.mask
+    residual_in = residual
+    if yours is not None and distance(yours, out + residual, mask) < distance(yours, out, mask):
+        out, residual_in = out + residual, None  # the bias added after the residual: one call
     square = after is not None
     what = "the attention's output projection" if square else "the feed-forward's second projection"
     yield Step(what, yours, out, projection_deviations(x_in, add_norm.dense, square))
@@ -316,12 +304,9 @@ def sublayer(view: Values, add_norm: AddNorm, config, x_in, residual, dense, nor
     # What the next step reads shows a residual added after the LayerNorm, which the
     # LayerNorm's own output does not.
     downstream = view.input(after) if square else None
-    yield Step(
-        f"{where} residual and LayerNorm",
-        view.output(norm) if downstream is None else downstream,
-        bert,
-        norm_deviations(summed, add_norm.LayerNorm, config, residual_in, sub),
-    )
+    normed = view.output(norm) if downstream is None else downstream
+    deviations = norm_deviations(summed, add_norm.LayerNorm, config, residual_in, sub)
+    yield Step(f"{where} residual and LayerNorm", normed, bert, deviations)
 
 
 def attend(sa: SelfAttention, own: dict, mask, divisor=None, keys="real", split="heads",

@@ -68,10 +68,9 @@ class Trace(TorchFunctionMode):
         super().__init__()
         self.model, self.inputs = model, inputs
         self.calls: list[Call] = []
-        # Every name of every parameter: a tied weight is one parameter under two names.
-        self.names: dict[int, str] = {}
-        for name, p in self.model.named_parameters(remove_duplicate=False):
-            self.names.setdefault(id(p), name)
+        # Each parameter by its first name: a tied weight is one parameter under two names.
+        named = list(model.named_parameters(remove_duplicate=False))
+        self.names = {id(p): name for name, p in reversed(named)}
         self._origin: dict[int, Origin] = {}
         self._sources = {id(t): frozenset({name}) for name, t in self.inputs.items()}
         self._producer: dict[int, int] = {}

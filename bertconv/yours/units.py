@@ -79,9 +79,6 @@ def layer_index(pattern: str, name: str) -> int | None:
     return int(name[len(head) : len(name) - len(tail)])
 
 
-# How the forward uses each parameter -------------------------------------------------------------
-
-
 def units_from(trace: Trace, state: dict[str, torch.Tensor], config: BertConfig) -> list[Unit]:
     """The model's units, as its traced forward uses its parameters (those unused: by name)."""
 
