@@ -164,7 +164,8 @@ def test_a_plain_install_finds_the_mapping_tables(tmp_path):
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    probe = "import bertconv.mapping as m; print(m.__file__); print(m.layout_names())"
+    assert "Warning" not in done.stderr and "would be ignored" not in done.stderr, done.stderr
+    probe = "import bertconv.tables as m; print(m.__file__); print(m.layout_names())"
     shown = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,
@@ -173,7 +174,7 @@ def test_a_plain_install_finds_the_mapping_tables(tmp_path):
         env={"PYTHONPATH": str(tmp_path)},
     )
     assert shown.stdout.splitlines() == [
-        str(tmp_path / "bertconv" / "mapping.py"),
+        str(tmp_path / "bertconv" / "tables.py"),
         "['bert-pytorch', 'bertconv', 'google-tf', 'minbert', 'transformers', 'transformers-tf']",
     ], shown.stderr
 
