@@ -25,7 +25,7 @@ import torch
 from .. import storage
 from ..catalog import ENCODER, shapes
 from ..config import BertConfig
-from ..errors import NotBertError, UsageError
+from ..errors import NotBertError
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
 from . import assign
@@ -71,48 +71,58 @@ class Inference:
 
 class Probe:
     """The user's model and bertconv's BERT (the class its heads make) on the probe config,
-    holding the same random weights (random_weights), and the batch both read."""
+    holding the same random weights (random_weights), and the batch both read. The weights are
+    drawn into the user's tensors through the first table, `raw`; bertconv's BERT and later
+    tables take views of them: no copy (440 MB at bert-base size)."""
 
-    def __init__(self, harness: Harness, config: BertConfig, groups: frozenset[str]):
-        from ..api import build
-        from ..convert import Conversion, write_layout
+    def __init__(self, harness: Harness, config: BertConfig, groups: frozenset[str], raw: dict):
         from ..verify import random_batch
 
         self.harness, self.config = harness, config
         self.model_class = class_for(set(groups), config.model_type)
         self.heads = heads(self.model_class, config.model_type)
-        self.official = random_weights(config, groups)
-        ours = write_layout(self.official, config, layout("bertconv", config), groups)
-        self.reference = build(Conversion(ours, self.model_class, groups, {}, [], 0), config)
+        official = shapes(config, sorted(groups))  # leaves named by their data, for _torch
+        self.names = {n: storage.InMemory("F32", tuple(s), n) for n, s in official.items()}
+        own, places = harness.model.state_dict(), {}
+        for name, t in self._laid_out(expand(raw, raw["name"], config), raw).items():
+            if name in own and own[name].dtype == torch.float32 and own[name].shape == t.shape:
+                _places(t, own[name], places)
+        self.official = random_weights(official, places)
+        ours = self._laid_out(layout("bertconv", config), {"groups": groups}, torch_=True)
+        self.reference = _holding(self.model_class, config, groups, ours)
         self.batch = harness.prepare(random_batch(config, PROBE_LENGTH))
         self.expected = compared(self.reference, self.batch, self.heads)
         self.trials = 0
 
+    def _laid_out(self, table, raw: dict, torch_=False) -> dict:
+        """The official tensors laid out by `table` with `raw`'s groups: trees of their names,
+        or (torch_) torch tensors made of the random weights, views where they can be."""
+        from ..convert import write_layout
+
+        laid = write_layout(self.names, self.config, table, frozenset(raw.get("groups", {})))
+        return {n: _torch(t, self.official) for n, t in laid.items()} if torch_ else laid
+
     def traced(self, raw: dict):
         """The user's model holding the random weights through table `raw`, run traced: the
         run, the table and the anchors of each output through it."""
-        from ..convert import write_layout
-
         table = expand(raw, raw["name"], self.config)
-        groups = frozenset(raw.get("groups", {}))
-        tensors = write_layout(self.official, self.config, table, groups)
-        self.harness.model.load_state_dict(
-            {n: storage.to_torch(t) for n, t in tensors.items()}, strict=False
-        )
-        found = anchors(table, self.config, set(groups))
+        own = self.harness.model.state_dict(keep_vars=True)
+        for name, t in self._laid_out(table, raw, torch_=True).items():
+            if name in own and own[name].shape != t.shape:  # as load_state_dict refuses it
+                raise ValueError(f"{name}: {tuple(t.shape)} for {tuple(own[name].shape)}")
+            if name in own:  # the weights themselves where they can be, not a copy
+                own[name].data = t.to(own[name].dtype).contiguous()
+        found = anchors(table, self.config, set(raw.get("groups", {})))
         return self.harness.run(self.batch, guard=False), table, found
 
     def run(self, raw: dict) -> dict[str, float] | None:
         """How far the user's model, holding the random weights through table `raw`, is from
         BERT at each compared output; None where the table does not fit it."""
         self.trials += 1
-        try:
+        try:  # a wrong candidate may break the user's forward, or its reading, in any way
             run, _, found = self.traced(raw)
-        except Exception:  # a wrong candidate may break the user's forward in any way
-            return None
-        try:
             got = outputs_of(run, found, self.heads)[0]
-        except UsageError:
+        except Exception:
             return None
         return {
             label: (got[label].float() - expected).abs().max().item()
@@ -130,12 +140,13 @@ class Probe:
         return diagnose(run.trace, table, self.reference, row, pooled)
 
 
-def random_weights(config: BertConfig, groups: frozenset[str]) -> dict[str, storage.Tensor]:
-    """Seeded random official tensors of the encoder and `groups`: LayerNorms' gammas around 1
-    and every bias random (so no two are alike), matrices scaled by their fan-in."""
+def random_weights(official: dict, places: dict) -> dict[str, torch.Tensor]:
+    """Seeded random official tensors of these shapes, drawn into `places` where given:
+    LayerNorms' gammas around 1 and every bias random (so no two are alike), matrices scaled by
+    their fan-in."""
     g = torch.Generator().manual_seed(0)
     out = {}
-    for name, shape in shapes(config, sorted(groups)).items():
+    for name, shape in official.items():
         t = torch.randn(shape, generator=g)
         if name.endswith("LayerNorm.weight"):
             t = 1.0 + 0.5 * t
@@ -143,8 +154,46 @@ def random_weights(config: BertConfig, groups: frozenset[str]) -> dict[str, stor
             t = 0.5 * t
         else:
             t = t / shape[-1] ** 0.5
-        out[name] = storage.from_torch(t)
+        out[name] = places[name].view(shape).copy_(t) if name in places else t
     return out
+
+
+def _places(t: storage.Tensor, tensor: torch.Tensor, out: dict) -> None:
+    """Where in `tensor` each official tensor of its layout's `t` lies (views of it)."""
+    if isinstance(t, storage.Joined):
+        for part, rows in zip(t.parts, tensor.split([p.shape[0] for p in t.parts]), strict=True):
+            _places(part, rows, out)
+    elif isinstance(t, storage.Transposed):
+        _places(t.source, tensor.T, out)
+    elif isinstance(t.data, str):
+        out[t.data] = tensor
+
+
+def _torch(t: storage.Tensor, official: dict) -> torch.Tensor:
+    """A layout's tensor made of the official ones by name: views of them, a join copied."""
+    if isinstance(t, storage.Joined):
+        return torch.cat([_torch(p, official) for p in t.parts])
+    if isinstance(t, storage.Transposed):
+        return _torch(t.source, official).T
+    return official[t.data].view(t.shape) if isinstance(t.data, str) else storage.to_torch(t)
+
+
+def _holding(model_class: str, config: BertConfig, groups, weights: dict) -> torch.nn.Module:
+    """bertconv's model of `model_class` holding `weights` themselves (api.build copies them)."""
+    from torch.overrides import TorchFunctionMode
+
+    from .. import model as models
+
+    class Unset(TorchFunctionMode):  # nn.init's calls undone: on meta, they import torch's compiler
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            unset = getattr(func, "__module__", None) == "torch.nn.init"
+            return [*args, *kwargs.values()][0] if unset else func(*args, **kwargs)
+
+    with torch.device("meta"), Unset():
+        model = getattr(models, model_class)(config, pooler="pooler" in groups)
+    model.load_state_dict(weights, strict=True, assign=True)
+    return model.eval()
 
 
 def progress(distances: dict[str, float] | None) -> tuple[int, float]:
@@ -255,7 +304,8 @@ class Search:
             return Inference(None, {}, 0, uncovered)
         roles = self.user.roles.units
         groups = frozenset(roles[r][1] for p in (poolers, heads) for r in p[0].units)
-        self.probe = Probe(self.harness, self.config, groups)
+        first = self._raw({p: options[0] for p, options in parts.items()})
+        self.probe = Probe(self.harness, self.config, groups, first)
         return self._search(parts)
 
     def _search(self, parts: dict) -> Inference:
@@ -339,7 +389,7 @@ class Search:
             f"{none}: the closest matches {_listed(labels[:done])} and diverges at "
             f"{at or 'the end'} (max abs {error:.3g} against bertconv's {self.probe.model_class})"
         )
-        if found is not None and found.step is not None:
+        if found is not None and (found.step or found.cause) is not None:
             return f"{why}.\n{found.message()}"
         why += ". Its tensors have BERT's shapes but it computes something else there: "
         tail = f"\n{found.message()}" if found else ""
