@@ -18,13 +18,14 @@ from . import catalog, files, storage
 from .api import build, official, resolve
 from .checkpoint import Checkpoint, read_checkpoint
 from .config import BertConfig
-from .convert import FITTING, Conversion, Reading, Selection, convert_reading
+from .convert import FITTING, Reading, Selection, convert_reading
 from .errors import CheckpointError, MissingDependencyError, UsageError
 from .mapping import Table, identify, layout
 from .model import BertModel
 from .outputs import POOLER, Output, compared, heads
 from .tables import OFFICIAL
 from .yours.diagnose import Diagnosis
+from .yours.harness import APPLIED, Harness, Plan, unpatch
 
 FLOAT32_MAX_ABS = 1e-5
 LOW_PRECISION_FACTOR = 2.0
@@ -114,17 +115,15 @@ def pick_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def reference_model(ckpt: Checkpoint, reading: Reading, ours: Conversion):
+def reference_model(ckpt: Checkpoint, reading: Reading):
     """transformers' own class for the file, holding the tensors bertconv read from it. A file
     in the official layout is handed over under the names the file gives them, which
     transformers maps itself (legacy gamma/beta, the `bert.` prefix): independently of
     bertconv's tables. A file in another layout is first put into official names."""
-    transformers, kind = _transformers(), ckpt.config.model_type
-    cls = getattr(transformers, ours.model_class)
-    pooler = "pooler" in ours.groups
+    transformers, kind, name = _transformers(), ckpt.config.model_type, reading.model_class
+    pooler = "pooler" in reading.groups
     # A pooler that transformers' class has no place for (an older task checkpoint's) stays out.
-    keeps_pooler = catalog.has_pooler(ours.model_class, kind)
-    groups = ours.groups - ({"pooler"} if not keeps_pooler else set())
+    groups = reading.groups - ({"pooler"} if not catalog.has_pooler(name, kind) else set())
     if ckpt.layout == OFFICIAL:
         tensors = _only(ckpt, groups)
     else:
@@ -132,11 +131,11 @@ def reference_model(ckpt: Checkpoint, reading: Reading, ours: Conversion):
         tensors = convert_reading(reading, ckpt.config, official_table, chosen, "").state_dict
     maps = {}
     state_dict = {name: storage.to_torch(t, maps) for name, t in tensors.items()}
-    extra = {"add_pooling_layer": pooler} if ours.model_class == "BertModel" else {}
+    extra = {"add_pooling_layer": pooler} if name == "BertModel" else {}
     try:
         config_class = getattr(transformers, catalog.architecture(kind)["config_class"])
         config = config_class.from_dict(ckpt.config_dict)
-        model, info = cls.from_pretrained(
+        model, info = getattr(transformers, name).from_pretrained(
             None,
             config=config,
             state_dict=state_dict,
@@ -270,6 +269,8 @@ def verify(
     _implements(_transformers(), ckpt.config)
     nonfinite = storage.nonfinite(ckpt.state_dict)
     reading = official(ckpt)  # handed on to every model below, and to the diagnosis
+    batches = inputs(src.path, ckpt.config, reading.model_class)
+    computed = _reference(ckpt, reading, batches.values(), dev, {torch.float32, DTYPES[dtype]})
     if model is None:
         bertconv = layout("bertconv", ckpt.config)
         conversion = convert_reading(reading, ckpt.config, bertconv, FITTING, str(ckpt.path))
@@ -278,16 +279,14 @@ def verify(
         )
         name = conversion.model_class
     else:
-        ours = Yours(ckpt, reading, model, model_layout)
-        conversion, name = ours.conversion, model
-    reference = reference_model(ckpt, reading, conversion)
-    batches = inputs(src.path, ckpt.config, conversion.model_class)
+        ours, name = Yours(ckpt, reading, model, model_layout), model
+        patches = [f"the model's module replaces {'.'.join(k)}" for k in APPLIED]
+        ours.notes[:0] = [f"{p} (transformers' outputs computed without it)" for p in patches]
     batches = {k: ours.prepare(b) for k, b in batches.items()}
     report = Report(src.name, name, str(dev), dtype, list(batches), nonfinite=nonfinite)
     with _no_tf32():
-        theirs = Ours(reference, ours.heads)
-        expected = theirs.run(batches.values(), dev, torch.float32)
-        low = None if dtype == "float32" else theirs.run(batches.values(), dev, DTYPES[dtype])
+        expected = _looked_up(computed, torch.float32, batches.values())
+        low = None if dtype == "float32" else _looked_up(computed, DTYPES[dtype], batches.values())
         got = ours.run(batches.values(), dev, DTYPES[dtype])
         # Every output both models have: a user's model may have no pooler.
         both = [k for k in expected if k in got]
@@ -303,6 +302,33 @@ def verify(
     if failing and dtype == "float32" and not report.nonfinite:
         report.diagnosis = ours.diagnose(failing, batches.values(), ckpt)
     return report
+
+
+def _reference(ckpt, reading: Reading, batches, device, dtypes) -> dict[tuple, dict]:
+    """transformers' outputs, with torch as shipped: before the user's module is imported (no
+    patch of its reaches them), in each dtype, on each batch in every form a model may read it
+    (Harness.prepare: its token types or zeros; its mask, or the pad id at the padding)."""
+    unpatch()  # a model's module imported before, in this process
+    pad, vocab, kind = ckpt.config.pad_token_id, ckpt.config.vocab_size, ckpt.config.model_type
+    theirs = Ours(reference_model(ckpt, reading), heads(reading.model_class, kind))
+    given = [("input_ids", t, m) for t in ("", "token_type_ids") for m in ("", "attention_mask")]
+    forms = [Harness(None, "", Plan({n: n for n in g if n}), pad, vocab) for g in given]
+    unique = {_key(f): f for f in (form.prepare(b) for b in batches for form in forms)}
+    with _no_tf32():  # float32 first: the weights as read, before they are cast
+        order = sorted(dtypes, key=lambda t: t != torch.float32)
+        return {(t, k): theirs.run([b], device, t) for t in order for k, b in unique.items()}
+
+
+def _looked_up(computed: dict, dtype: torch.dtype, batches) -> dict[Output, torch.Tensor]:
+    """transformers' outputs on `batches`, as computed before the user's code ran."""
+    keys = [(dtype, _key(b)) for b in batches]
+    if not all(k in computed for k in keys):
+        raise RuntimeError("verify: a batch differs from every form transformers computed")
+    return {o: torch.cat([computed[k][o] for k in keys]) for o in computed[keys[0]]}
+
+
+def _key(batch: dict[str, torch.Tensor]) -> tuple:
+    return tuple((n, tuple(t.shape), t.numpy().tobytes()) for n, t in sorted(batch.items()))
 
 
 class Ours:
@@ -326,8 +352,6 @@ class Ours:
 
     def diagnose(self, row: Output, batches, ckpt: Checkpoint) -> Diagnosis | None:
         """bertconv's own model, taken apart like a user's: traced, read through its table."""
-        from .yours.harness import Harness, Plan
-
         plan = Plan({n: n for n in ("input_ids", "attention_mask", "token_type_ids")})
         harness = Harness(self.model, "bertconv", plan)
         return _diagnosis(harness, layout("bertconv", ckpt.config), row, batches, self.model)

@@ -111,33 +111,81 @@ def config_object(config_dict: dict, config: BertConfig) -> Config:
 
 
 def import_factory(spec: str) -> Callable:
-    """The class or function `spec` names: `package.module:Name` or `path/to/file.py:Name`."""
+    """The class or function `spec` names: `package.module:Name` or `path/to/file.py:Name`. torch
+    as shipped first (no other model's patches), then as this model's module leaves it (PATCHES)."""
     where, _, name = spec.rpartition(":")
     if not where or not name:
         raise UsageError(f"--model {spec!r}: expected PKG.MODULE:NAME or path/to/file.py:NAME")
+    path, module_name, root = Path(where), where, Path.cwd()
     if where.endswith(".py") or "/" in where:
         path = Path(where).expanduser().resolve()
         if not path.is_file():
             raise UsageError(f"--model {spec!r}: cannot import {where} (no such file {path})")
         module_name, root = _module_name(path)
-    else:
-        path, module_name, root = Path(where), where, Path.cwd()
+    unpatch()
+    spaces = _torch_namespaces()
+    before = _attributes(spaces)
     with guarded(spec, f"importing {where}"), _importing(root, str(path)):
-        if module_name == where:  # a module by its dotted name
-            try:
-                module = importlib.import_module(where)
-            except ModuleNotFoundError as e:
-                if e.name is None or not where.startswith(e.name):
-                    raise
-                raise UsageError(
-                    f"--model {spec!r}: cannot import {where} (ModuleNotFoundError: {e})"
-                ) from None
-        else:
-            module = _exec_file(module_name, path)
+        module = _exec_file(module_name, path) if module_name != where else _import(spec, where)
+    APPLIED.update(PATCHES.setdefault(module.__name__, _patches(spaces, before)))
+    for (_, attribute), (space, _, patched) in APPLIED.items():
+        _set(space, attribute, patched)  # a module imported before: as it left torch then
     factory = getattr(module, name, None)
     if not callable(factory):
         raise UsageError(f"--model {spec!r}: {where} has no class or function {name!r}")
     return factory
+
+
+def _import(spec: str, where: str):
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as e:
+        if e.name is None or not where.startswith(e.name):
+            raise  # the module's own imports: its error
+        raise UsageError(
+            f"--model {spec!r}: cannot import {where} (ModuleNotFoundError: {e})"
+        ) from None
+
+
+MISSING = object()
+# What each model's module changed in torch when it was imported, by module name, and what is in
+# effect now: {(namespace, attribute): (the namespace, torch's own value or MISSING, the module's)}.
+PATCHES: dict[str, dict[tuple[str, str], tuple]] = {}
+APPLIED: dict[tuple[str, str], tuple] = {}
+
+
+def _torch_namespaces() -> dict[str, object]:
+    """Where a model's module may patch torch, by name: torch, torch.Tensor, torch.nn and its
+    modules (functional, init, ...), nn's module classes."""
+    spaces = {n: m for n, m in list(sys.modules.items()) if n.startswith("torch.nn") and m}
+    classes = {f"torch.nn.{n}": c for n, c in vars(nn).items() if isinstance(c, type)}
+    return {"torch": torch, "torch.Tensor": torch.Tensor} | spaces | classes
+
+
+def _attributes(spaces: dict[str, object]) -> dict[tuple[str, str], object]:
+    return {(n, a): value for n, space in spaces.items() for a, value in list(vars(space).items())}
+
+
+def _patches(spaces: dict[str, object], before: dict) -> dict[tuple[str, str], tuple]:
+    """What changed since `before`, but the submodules an import adds to its package."""
+    after = _attributes(spaces)
+    changed = {k for k in before.keys() | after.keys() if before.get(k) is not after.get(k)}
+    changed -= {k for k in changed - before.keys() if inspect.ismodule(after[k])}
+    return {k: (spaces[k[0]], before.get(k, MISSING), after.get(k, MISSING)) for k in changed}
+
+
+def _set(space, attribute: str, value) -> None:
+    if value is not MISSING:
+        setattr(space, attribute, value)
+    elif attribute in vars(space):
+        delattr(space, attribute)
+
+
+def unpatch() -> None:
+    """torch as shipped again: every patch a model's module made undone."""
+    for (_, attribute), (space, shipped, _) in APPLIED.items():
+        _set(space, attribute, shipped)
+    APPLIED.clear()
 
 
 def _module_name(path: Path) -> tuple[str, Path]:
@@ -163,16 +211,11 @@ def _exec_file(module_name: str, path: Path):
     if "." in module_name and not module_name.startswith("bertconv_user."):
         importlib.import_module(module_name.rpartition(".")[0])  # its packages, for `from .x`
     spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    previous = sys.modules.get(module_name)
-    sys.modules[module_name] = module
+    module = sys.modules[module_name] = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        if previous is None:
-            sys.modules.pop(module_name, None)
-        else:
-            sys.modules[module_name] = previous
+        del sys.modules[module_name]  # as a failed import leaves it
         raise
     return module
 
@@ -181,9 +224,8 @@ def _exec_file(module_name: str, path: Path):
 def _importing(root: Path, program: str):
     """The model's directory importable (for its own imports of its neighbours), and sys.argv
     its own, as when Python runs it: a file that parses its arguments on import sees none."""
-    saved_argv = sys.argv
+    saved_argv, sys.argv = sys.argv, [program]
     sys.path.insert(0, str(root))
-    sys.argv = [program]
     try:
         yield
     finally:
