@@ -8,6 +8,7 @@ Only real (non-padded) positions are compared: padding positions carry no meanin
 """
 
 import os
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -378,9 +379,10 @@ class Yours(Ours):
         self.conversion = convert_reading(
             reading, ckpt.config, table, Selection("exactly", kept), str(ckpt.path)
         )
+        _misplaced(table, ckpt.config, (reading.groups - kept, groups - kept), shapes, spec)
         absent = _head_names(table, ckpt.config, groups - kept)
         absent -= _head_names(table, ckpt.config, kept)
-        load_weights(model, spec, self._tensors(), absent)
+        load_weights(model, spec, self._tensors(), absent | table.own)
         self.notes = _not_compared(table, ckpt.config, groups - kept, kept)
         self.anchors = anchors(table, ckpt.config, set(self.conversion.groups))
         self.heads = heads(self.conversion.model_class, ckpt.config.model_type)
@@ -445,18 +447,38 @@ def _diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnos
     return found
 
 
+def _misplaced(table: Table, config: BertConfig, left: tuple, shapes: dict, spec: str) -> None:
+    """Refuse to leave a head of the checkpoint's (in `left[0]`) out where the table places one
+    of the model's of its shapes as another (`left[1]`: a 2-class classifier as NSP) or its own."""
+    encoder = catalog.shapes(config, [])
+    of = {g: Counter(s for n, s in catalog.shapes(config, [g]).items() if n not in encoder)
+          for g in (*left[0], *left[1])}  # fmt: skip
+    own = Counter(shapes[n] for n in table.own if n in shapes)
+    for group in sorted(left[0]):
+        found = [(g, _head_names(table, config, {g})) for g in left[1] if of[g] == of[group]]
+        if found or not of[group] - own:
+            how, names = (found or [("its own", table.own)])[0]
+            raise CheckpointError(
+                f"--model {spec!r}: the checkpoint's {group} head would be left out, but the table "
+                f"places {', '.join(sorted(names)[:4])}, of its shapes, as {how}: a head is never "
+                f"guessed. Place it as {group} (`bertconv infer --config` reads config.json's "
+                f"architectures), or verify on a checkpoint without a {group} head"
+            )
+
+
 def _not_compared(table, config: BertConfig, absent, kept) -> list[str]:
     """A note for each head of the user's model that the checkpoint has none of (groups that
-    share their tensors, a classifier read three ways, named together)."""
+    share their tensors, a classifier read three ways, named together), and its own tensors."""
     by_names: dict[frozenset, list[str]] = {}
     for group in sorted(absent - {"pooler"}):
         names = frozenset(_head_names(table, config, {group}))
         if not names <= _head_names(table, config, kept):
             by_names.setdefault(names, []).append(group)
+    own = [f"{', '.join(sorted(table.own)[:8])}: your model's own (never loaded or compared)"]
     return [
         f"{' / '.join(groups)}: the checkpoint has none (your model's keeps its own weights)"
         for groups in by_names.values()
-    ]
+    ] + own * bool(table.own)
 
 
 def _head_names(table: Table, config: BertConfig, groups) -> set[str]:

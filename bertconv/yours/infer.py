@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import storage
-from ..catalog import ENCODER, shapes
+from ..catalog import ENCODER, architecture, shapes
 from ..config import BertConfig
 from ..errors import NotBertError
 from ..mapping import class_for, expand, layout
@@ -230,7 +230,9 @@ def _failing_part(distances: dict[Output, float] | None) -> str | None:
 
 def infer(spec: str, config_dict: dict | None = None) -> Inference:
     """The table of `spec`'s names (PKG.MODULE:NAME or path.py:NAME), found and checked."""
-    config = BertConfig.from_dict({**PROBE, **(config_dict or {})}, "--config")
+    # A config.json naming its classes is transformers': without id2label, num_labels is 2.
+    probe = PROBE | ({"num_labels": 2} if "architectures" in (config_dict or {}) else {})
+    config = BertConfig.from_dict({**probe, **(config_dict or {})}, "--config")
     from ..verify import random_batch
 
     batch = random_batch(config, PROBE_LENGTH)
@@ -241,7 +243,8 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     tensors = {n: t for n, t in state.items() if n in params}
     _refuse_stacked(tensors, config, spec)
     generated = generated_buffers(state, params, config)
-    return Search(_model(run.trace, tensors, config), harness, config, spec, generated).run()
+    user = _model(run.trace, tensors, config, (config_dict or {}).get("architectures"))
+    return Search(user, harness, config, spec, generated).run()
 
 
 def _refuse_stacked(tensors: dict, config: BertConfig, spec: str) -> None:
@@ -258,8 +261,9 @@ def _refuse_stacked(tensors: dict, config: BertConfig, spec: str) -> None:
         )
 
 
-def _model(trace: Trace, tensors: dict, config: BertConfig) -> assign.Model:
-    """The user's units, those of layer 0 standing for every layer's."""
+def _model(trace: Trace, tensors: dict, config: BertConfig, classes) -> assign.Model:
+    """The user's units, those of layer 0 standing for every layer's; `classes`: config.json's
+    `architectures`, whose groups say which heads the model's are."""
     patterns = layer_pattern({n: t.shape for n, t in tensors.items()}, config.num_hidden_layers)
     # A parameter under two names (a tied decoder) is one unit: its second name a tied copy.
     keys = {
@@ -274,7 +278,10 @@ def _model(trace: Trace, tensors: dict, config: BertConfig) -> assign.Model:
     first = min((i for i in index.values() if i is not None), default=-1)
     layer = [u for u in units if index[u.weight] == first]
     outside = [u for u in units if index[u.weight] is None]
-    return assign.Model(layer, outside, patterns, tied, config)
+    known = architecture(config.model_type)["classes"]
+    names = [c for c in classes if isinstance(c, str)] if isinstance(classes, list) else []
+    declared = frozenset(g for c in names if c in known for g in known[c]["groups"])
+    return assign.Model(layer, outside, patterns, tied, config, declared)
 
 
 @dataclass
@@ -287,6 +294,7 @@ class Search:
     spec: str
     generated: dict
     best: tuple[dict | None, dict | None] = (None, None)
+    detached: tuple = ()  # heads of the pooled output in a model with no pooler: its own
 
     def run(self) -> Inference:
         embeddings = list(assign.global_choices(self.user))
@@ -294,10 +302,14 @@ class Search:
         if not embeddings or not layers:
             return Inference(None, {}, 0, self._inventory())
         taken = {id(u) for a in (embeddings[0], layers[0]) for u in a.units.values()}
-        poolers = assign.pooler_choices(self.user, taken) or [assign.Assignment({})]
-        taken |= {id(u) for u in poolers[0].units.values()}
         word = embeddings[0].units["word embeddings"]
         heads = assign.head_choices(self.user, taken, word) or [assign.Assignment({})]
+        taken |= {id(u) for u in heads[0].units.values()}
+        poolers = assign.pooler_choices(self.user, taken) or [assign.Assignment({})]
+        if not poolers[0].units:  # a head read off a hidden state is not transformers'
+            self.detached = tuple(
+                heads[0].units.pop(r) for r in assign.SEQUENCE if r in heads[0].units
+            )
         parts = {"embeddings": embeddings, "layers": layers, "pooler": poolers, "heads": heads}
         uncovered = self._uncovered({p: options[0] for p, options in parts.items()})
         if uncovered:
@@ -352,12 +364,22 @@ class Search:
         swapped = frozenset().union(*(a.swapped for a in parts))
         merged = assign.Assignment(units, transposed, swapped, chosen["layers"].fused)
         name = self.spec.rpartition(":")[2]
-        return assign.raw_table(name, assign.sections(merged, self.user), self.user, self.generated)
+        rows = assign.sections(merged, self.user)
+        return assign.raw_table(name, rows, self.user, self.generated, self._own(units))
+
+    def _own(self, placed: dict) -> list[str]:
+        """The model's own tensors: those no part of BERT takes that its forward never reads,
+        and the heads of a model with no pooler."""
+        units = [u for u in self.user.layer + self.user.outside if u not in placed.values()]
+        own = [u for u in units if u.order == UNUSED or u in self.detached]
+        names = [self.user.patterns[n] for u in own for n in (u.weight, u.bias) if n]
+        return list(dict.fromkeys(names))
 
     def _uncovered(self, chosen: dict) -> str | None:
         """Why no table can hold the model: tensors no part of BERT fits."""
         raw = self._raw(chosen)
-        parts = (raw[ENCODER], raw.get("tied", {}), *raw.get("groups", {}).values())
+        parts = (raw[ENCODER], raw.get("tied", {}), raw.get("own", []))
+        parts += tuple(raw.get("groups", {}).values())
         layers = range(self.config.num_hidden_layers)
         named = {n.replace("{layer}", str(i)) for part in parts for n in part for i in layers}
         left = [n for n in self.user.patterns if n not in named]
@@ -365,15 +387,17 @@ class Search:
             return None
         return (
             "no part of BERT fits its tensors "
-            f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}: BERT's encoder, pooler "
-            "and heads have no such tensor (another architecture, or a part BERT lacks)"
+            f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}: BERT's encoder, pooler and "
+            "heads have no such tensor (another architecture, a part BERT lacks, or a head of the "
+            "pooled output that neither config.json's architectures nor its name places)"
         )
 
     def _notes(self, chosen: dict) -> list[str]:
         units = [u for a in chosen.values() for u in a.units.values()]
         unused = [u.weight for u in units if u.order == UNUSED and u.kind != "embedding"]
         never = "Never used by its forward (placed by name and shape only)"
-        return [f"{never}: {', '.join(unused)}"] if unused else []
+        own = [f"{u.weight}: the model's own (no pooler before it)" for u in self.detached]
+        return ([f"{never}: {', '.join(unused)}"] if unused else []) + own
 
     def _why(self, found) -> str:
         distances = self.best[1]
