@@ -39,9 +39,8 @@ class EvalBert(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         d = cfg.hidden_size
-        self.word = nn.Embedding(cfg.vocab_size, d)
-        self.position = nn.Embedding(cfg.max_position_embeddings, d)
-        self.segment = nn.Embedding(cfg.type_vocab_size, d)
+        tables = (cfg.vocab_size, cfg.max_position_embeddings, cfg.type_vocab_size)
+        self.word, self.position, self.segment = (nn.Embedding(n, d) for n in tables)
         self.norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
         self.layers = nn.ModuleList(
             EncoderLayer(cfg, self.forced) for _ in range(cfg.num_hidden_layers)
