@@ -93,10 +93,12 @@ class Model:
 def fits(unit: Unit, out: int, inp: int) -> list[bool]:
     """How a unit can be a projection inp -> out: stored (out, in) [False] or (in, out) [True],
     as its use showed, or either where its use did not show it."""
-    if unit.kind not in ("linear", "other") or len(unit.shape) != 2:
-        return []
+    if unit.kind not in ("linear", "other") or unit.shape[2:] not in ((), (1,)):
+        return []  # (out, in), (in, out), or Conv1d's (out, in, 1)
     options = [unit.transposed] if unit.transposed is not None else [False, True]
-    return [t for t in dict.fromkeys(options) if unit.shape == ((inp, out) if t else (out, inp))]
+    return [
+        t for t in dict.fromkeys(options) if unit.shape[:2] == ((inp, out) if t else (out, inp))
+    ]
 
 
 def is_norm(unit: Unit, h: int) -> bool:
@@ -308,9 +310,9 @@ def _unit_rows(unit: Unit, prefix: str, choice: Assignment, role: str, model: Mo
         official = f"{prefix}.weight"
         return {name[unit.weight]: {"unsqueeze": official} if len(unit.shape) == 3 else official}
     weight, bias = (unit.bias, unit.weight) if role in choice.swapped else (unit.weight, unit.bias)
-    transposed = choice.transposed.get(role)
+    transform = "conv1d" if len(unit.shape) == 3 else choice.transposed.get(role) and "transpose"
     rows = {
-        name[weight]: {"transpose": f"{prefix}.weight"} if transposed else f"{prefix}.weight",
+        name[weight]: {transform: f"{prefix}.weight"} if transform else f"{prefix}.weight",
         name[bias]: f"{prefix}.bias",
     }
     return dict(sorted(rows.items(), key=lambda kv: kv[0] != name[unit.weight]))
