@@ -94,8 +94,6 @@ def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=No
     None where the row is not one bertconv looks inside (a head's)."""
     if row.kind not in ("embeddings", "layer", "pooler"):
         return None
-    if (active := left_active(trace)) is not None:
-        return Diagnosis(str(row), None, math.nan, cause=active)
     view, config = Values(trace, table, pooled), bert.config
     try:
         if row.kind == "layer":
@@ -105,10 +103,12 @@ def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=No
                 view, bert, config
             )
         with torch.inference_mode():
-            return walk(str(row), steps, view.mask)
+            found = walk(str(row), steps, view.mask)
     except (RuntimeError, ValueError, IndexError, KeyError, NotImplementedError) as e:
         # A model laid out in a way no step foresaw: the failing row stands, said plainly.
-        return Diagnosis(str(row), None, math.nan, detail=f"{type(e).__name__}: {e}"[:300])
+        found = Diagnosis(str(row), None, math.nan, detail=f"{type(e).__name__}: {e}"[:300])
+    active = None if found.cause else left_active(trace)  # no step compares: two runs differ
+    return found if active is None else Diagnosis(str(row), None, math.nan, cause=active)
 
 
 def left_active(trace: Trace) -> str | None:
