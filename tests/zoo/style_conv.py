@@ -40,9 +40,9 @@ class ConvBert(nn.Module):
         self.position_enc = nn.Embedding(config.max_position_embeddings, d)
         self.segment_emb = nn.Embedding(config.type_vocab_size, d)
         self.layer_norm = nn.LayerNorm(d, eps=eps)
+        sizes = (d, config.intermediate_size, config.num_attention_heads, eps)
         self.layer_stack = nn.ModuleList(
-            EncoderLayer(d, config.intermediate_size, config.num_attention_heads, eps)
-            for _ in range(config.num_hidden_layers)
+            EncoderLayer(*sizes) for _ in range(config.num_hidden_layers)
         )
         self.pooler = nn.Linear(d, d)
 

@@ -48,14 +48,12 @@ class Encoder(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        h = config.hidden_size
-        self.pad_id = config.pad_token_id
+        h, self.pad_id = config.hidden_size, config.pad_token_id
+        self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
         self.tok = nn.Embedding(config.vocab_size, h)
         self.pos = nn.Embedding(config.max_position_embeddings, h)
         self.seg = nn.Embedding(config.type_vocab_size, h)
-        self.norm = nn.LayerNorm(h, eps=1e-12)
-        self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
-        self.pool = nn.Linear(h, h)
+        self.norm, self.pool = nn.LayerNorm(h, eps=1e-12), nn.Linear(h, h)
 
     def encode(self, ids, segments, bias):
         positions = torch.arange(ids.shape[1], device=ids.device)
