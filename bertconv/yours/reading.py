@@ -114,7 +114,8 @@ def returned(run: Run, named: dict, lenient: bool) -> tuple[dict, list[str]]:
     hidden size, the last layer (in a list of one per layer, or + 1, each hidden state in turn);
     per sequence and of hidden size, the pooler; else the head of its shape. Gives {output: the
     returned value} where it is not what the model computed (the last layer NaN where nothing
-    returned is compared, unless `lenient`: a head the checkpoint lacks), and why."""
+    returned is compared, unless `lenient` and it returns a tensor: a head the checkpoint lacks,
+    not compared), and why."""
     mask = run.batch["attention_mask"]
     mask = mask.reshape(-1, mask.shape[-1]).bool()
     last = layer(max(k.index for k in named if k.kind == "layer"))
@@ -123,7 +124,8 @@ def returned(run: Run, named: dict, lenient: bool) -> tuple[dict, list[str]]:
         if len(seq) in (last.index, last.index + 1) and all(_per_token(t, hidden) for t in seq):
             first = last.index + 1 - len(seq)
             labels |= {id(t): layer(i) if i else EMBEDDINGS for i, t in enumerate(seq, first)}
-    for t in tensors_in(run.output):
+    tensors, placed = list(tensors_in(run.output)), False
+    for t in tensors:
         if (value := real(t, mask)) is None:
             continue
         same = [k for k, v in named.items() if v.shape == value.shape]
@@ -132,12 +134,12 @@ def returned(run: Run, named: dict, lenient: bool) -> tuple[dict, list[str]]:
             label = labels.get(id(t), last)
         else:
             label = POOLER if value.shape == (len(mask), hidden) else (equal or same or [None])[0]
-        lenient |= label in named
+        placed |= label in named
         if label in named and label not in equal:
             wrong[label] = value.to(named[label].dtype)
             match = f"the {equal[0]} output" if equal else "no output computed inside it"
             notes.append(f"{label} as computed inside: your forward returns {match} in its place")
-    if not lenient:
+    if not placed and not (lenient and tensors):
         wrong[last] = torch.full_like(named[last], float("nan"))
         what = f"{type(run.output).__name__}, nothing that stands for a compared output"
         notes.append(f"{last} as computed inside: your forward returns {what} (the row: NaN)")
