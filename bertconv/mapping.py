@@ -72,6 +72,7 @@ class Table:
     model_type: str = "bert"  # the catalog whose official tensors its rows name
     write_tied: bool = True  # transformers' classes tie them themselves on loading
     slots: tuple[str, ...] = ()  # a row's name + one of these: an optimizer's slot, skipped
+    own: frozenset[str] = frozenset()  # a model's own tensors, from no checkpoint
 
     def place(self, name: str) -> str | None:
         """What a file's tensor `name` is in this layout: a `row`, an `alias` of one, a `tied`
@@ -225,7 +226,7 @@ def _identify_model(
         table = layout(name, config)
         held = _held(table, config, names)
         written = set(table.written(set(catalog.shapes(config, sorted(held))), held))
-        written |= set(table.generated)
+        written |= set(table.generated) | table.own
         if written - buffers == names:
             return Identified(canonical(name), "given" if given else "by its names",
                               frozenset(names), held)  # fmt: skip
@@ -364,6 +365,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
     aliases = _expand_pairs(raw.get("aliases", {}), n)
     tied = _expand_pairs(raw.get("tied", {}), n)
     ignored = {e for pattern in raw.get("ignored", []) for e in catalog.expand(pattern, n)}
+    own = {e for pattern in raw.get("own", []) for e in catalog.expand(pattern, n)}
     prefix, prefixed = raw.get("prefix", ""), frozenset(raw.get("prefixed", []))
     if prefix:  # the prefixed groups' names are read with the prefix too
         group_of = {r.name: r.group for r in rows.values()}
@@ -378,6 +380,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         "slots": tuple(raw.get("slots", [])),
         "write_tied": raw.get("write_tied", True),
         "model_type": config.model_type,
+        "own": frozenset(own),
     }
     return Table(
         name,
@@ -386,7 +389,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         generated,
         aliases,
         tied,
-        frozenset(ignored),
+        frozenset(ignored | own),  # a model's own tensors: read from no file
         prefix,
         prefixed,
         requires,

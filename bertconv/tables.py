@@ -40,6 +40,7 @@ KEYS = {
     "requires": list,  # groups the layout's model cannot do without
     "format": str,  # the files its checkpoints are: safetensors (default), tensorflow, h5
     "ignored": list,
+    "own": list,  # a model's own tensors, from no checkpoint: never read, never written
     "slots": list,  # suffixes of an optimizer's slots of a row (`/adam_m`): skipped
     "aliases": dict,
     "tied": dict,
@@ -218,7 +219,7 @@ def _name_problems(table: dict) -> list[tuple[str, str]]:
     non-empty, printable, not safetensors' own `__metadata__`."""
     names = [n for _, rows in sections(table) for n in rows]
     names += [*table.get("aliases", {}), *table.get("tied", {}), *table.get("generated", {})]
-    names += [n for n in table.get("ignored", []) if isinstance(n, str)]
+    names += [n for k in ("ignored", "own") for n in table.get(k, []) if isinstance(n, str)]
     return [(name, why) for name in names if (why := _bad_name(name))]
 
 
@@ -256,8 +257,9 @@ def _other_name_problems(table: dict, names: set[str]) -> list[tuple[str, str]]:
                 problems.append((name, f"{target!r} is not a row of this table"))
             elif ("{layer}" in name) != ("{layer}" in target):
                 problems.append((name, "{layer} must appear on both sides of a row, or neither"))
-    if not all(isinstance(n, str) for n in table.get("ignored", [])):
-        problems.append(("ignored", "a list of tensor names"))
+    for key in ("ignored", "own"):
+        if not all(isinstance(n, str) and n not in names for n in table.get(key, [])):
+            problems.append((key, "a list of tensor names, none a row's"))
     return problems
 
 

@@ -8,6 +8,7 @@ Only real (non-padded) positions are compared: padding positions carry no meanin
 """
 
 import os
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,13 +19,14 @@ from . import catalog, files, storage
 from .api import build, official, resolve
 from .checkpoint import Checkpoint, read_checkpoint
 from .config import BertConfig
-from .convert import FITTING, Conversion, Reading, Selection, convert_reading
+from .convert import FITTING, Reading, Selection, convert_reading
 from .errors import CheckpointError, MissingDependencyError, UsageError
 from .mapping import Table, identify, layout
 from .model import BertModel
 from .outputs import POOLER, Output, compared, heads
 from .tables import OFFICIAL
 from .yours.diagnose import Diagnosis
+from .yours.harness import APPLIED, Harness, Plan, shipped, unpatch
 
 FLOAT32_MAX_ABS = 1e-5
 LOW_PRECISION_FACTOR = 2.0
@@ -114,17 +116,15 @@ def pick_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def reference_model(ckpt: Checkpoint, reading: Reading, ours: Conversion):
+def reference_model(ckpt: Checkpoint, reading: Reading):
     """transformers' own class for the file, holding the tensors bertconv read from it. A file
     in the official layout is handed over under the names the file gives them, which
     transformers maps itself (legacy gamma/beta, the `bert.` prefix): independently of
     bertconv's tables. A file in another layout is first put into official names."""
-    transformers, kind = _transformers(), ckpt.config.model_type
-    cls = getattr(transformers, ours.model_class)
-    pooler = "pooler" in ours.groups
+    transformers, kind, name = _transformers(), ckpt.config.model_type, reading.model_class
+    pooler = "pooler" in reading.groups
     # A pooler that transformers' class has no place for (an older task checkpoint's) stays out.
-    keeps_pooler = catalog.has_pooler(ours.model_class, kind)
-    groups = ours.groups - ({"pooler"} if not keeps_pooler else set())
+    groups = reading.groups - ({"pooler"} if not catalog.has_pooler(name, kind) else set())
     if ckpt.layout == OFFICIAL:
         tensors = _only(ckpt, groups)
     else:
@@ -132,11 +132,11 @@ def reference_model(ckpt: Checkpoint, reading: Reading, ours: Conversion):
         tensors = convert_reading(reading, ckpt.config, official_table, chosen, "").state_dict
     maps = {}
     state_dict = {name: storage.to_torch(t, maps) for name, t in tensors.items()}
-    extra = {"add_pooling_layer": pooler} if ours.model_class == "BertModel" else {}
+    extra = {"add_pooling_layer": pooler} if name == "BertModel" else {}
     try:
         config_class = getattr(transformers, catalog.architecture(kind)["config_class"])
         config = config_class.from_dict(ckpt.config_dict)
-        model, info = cls.from_pretrained(
+        model, info = getattr(transformers, name).from_pretrained(
             None,
             config=config,
             state_dict=state_dict,
@@ -270,6 +270,8 @@ def verify(
     _implements(_transformers(), ckpt.config)
     nonfinite = storage.nonfinite(ckpt.state_dict)
     reading = official(ckpt)  # handed on to every model below, and to the diagnosis
+    batches = inputs(src.path, ckpt.config, reading.model_class)
+    computed = _reference(ckpt, reading, batches.values(), dev, {torch.float32, DTYPES[dtype]})
     if model is None:
         bertconv = layout("bertconv", ckpt.config)
         conversion = convert_reading(reading, ckpt.config, bertconv, FITTING, str(ckpt.path))
@@ -278,16 +280,14 @@ def verify(
         )
         name = conversion.model_class
     else:
-        ours = Yours(ckpt, reading, model, model_layout)
-        conversion, name = ours.conversion, model
-    reference = reference_model(ckpt, reading, conversion)
-    batches = inputs(src.path, ckpt.config, conversion.model_class)
+        ours, name = Yours(ckpt, reading, model, model_layout), model
+        patches = [f"the model's module replaces {'.'.join(k)}" for k in APPLIED]
+        ours.notes[:0] = [f"{p} (transformers' outputs computed without it)" for p in patches]
     batches = {k: ours.prepare(b) for k, b in batches.items()}
     report = Report(src.name, name, str(dev), dtype, list(batches), nonfinite=nonfinite)
     with _no_tf32():
-        theirs = Ours(reference, ours.heads)
-        expected = theirs.run(batches.values(), dev, torch.float32)
-        low = None if dtype == "float32" else theirs.run(batches.values(), dev, DTYPES[dtype])
+        expected = _looked_up(computed, torch.float32, batches.values())
+        low = None if dtype == "float32" else _looked_up(computed, DTYPES[dtype], batches.values())
         got = ours.run(batches.values(), dev, DTYPES[dtype])
         # Every output both models have: a user's model may have no pooler.
         both = [k for k in expected if k in got]
@@ -300,9 +300,37 @@ def verify(
     report.notes = ours.notes
     rows = zip(both, report.rows, strict=True)
     failing = next((output for output, row in rows if not row.passed), None)
-    if failing and dtype == "float32" and not report.nonfinite:
+    returned = any(n.startswith(f"{failing} as computed inside") for n in report.notes)
+    if failing and dtype == "float32" and not report.nonfinite and not returned:
         report.diagnosis = ours.diagnose(failing, batches.values(), ckpt)
     return report
+
+
+def _reference(ckpt, reading: Reading, batches, device, dtypes) -> dict[tuple, dict]:
+    """transformers' outputs, with torch as shipped: before the user's module is imported (no
+    patch of its reaches them), in each dtype, on each batch in every form a model may read it
+    (Harness.prepare: its token types or zeros; its mask, or the pad id at the padding)."""
+    unpatch()  # a model's module imported before, in this process
+    pad, vocab, kind = ckpt.config.pad_token_id, ckpt.config.vocab_size, ckpt.config.model_type
+    theirs = Ours(reference_model(ckpt, reading), heads(reading.model_class, kind))
+    given = [("input_ids", t, m) for t in ("", "token_type_ids") for m in ("", "attention_mask")]
+    forms = [Harness(None, "", Plan({n: n for n in g if n}), pad, vocab) for g in given]
+    unique = {_key(f): f for f in (form.prepare(b) for b in batches for form in forms)}
+    with _no_tf32():  # float32 first: the weights as read, before they are cast
+        order = sorted(dtypes, key=lambda t: t != torch.float32)
+        return {(t, k): theirs.run([b], device, t) for t in order for k, b in unique.items()}
+
+
+def _looked_up(computed: dict, dtype: torch.dtype, batches) -> dict[Output, torch.Tensor]:
+    """transformers' outputs on `batches`, as computed before the user's code ran."""
+    keys = [(dtype, _key(b)) for b in batches]
+    if not all(k in computed for k in keys):
+        raise RuntimeError("verify: a batch differs from every form transformers computed")
+    return {o: torch.cat([computed[k][o] for k in keys]) for o in computed[keys[0]]}
+
+
+def _key(batch: dict[str, torch.Tensor]) -> tuple:
+    return tuple((n, tuple(t.shape), t.numpy().tobytes()) for n, t in sorted(batch.items()))
 
 
 class Ours:
@@ -326,8 +354,6 @@ class Ours:
 
     def diagnose(self, row: Output, batches, ckpt: Checkpoint) -> Diagnosis | None:
         """bertconv's own model, taken apart like a user's: traced, read through its table."""
-        from .yours.harness import Harness, Plan
-
         plan = Plan({n: n for n in ("input_ids", "attention_mask", "token_type_ids")})
         harness = Harness(self.model, "bertconv", plan)
         return _diagnosis(harness, layout("bertconv", ckpt.config), row, batches, self.model)
@@ -353,9 +379,10 @@ class Yours(Ours):
         self.conversion = convert_reading(
             reading, ckpt.config, table, Selection("exactly", kept), str(ckpt.path)
         )
+        _misplaced(table, ckpt.config, (reading.groups - kept, groups - kept), shapes, spec)
         absent = _head_names(table, ckpt.config, groups - kept)
         absent -= _head_names(table, ckpt.config, kept)
-        load_weights(model, spec, self._tensors(), absent)
+        load_weights(model, spec, self._tensors(), absent | table.own)
         self.notes = _not_compared(table, ckpt.config, groups - kept, kept)
         self.anchors = anchors(table, ckpt.config, set(self.conversion.groups))
         self.heads = heads(self.conversion.model_class, ckpt.config.model_type)
@@ -376,13 +403,15 @@ class Yours(Ours):
         return self.harness.prepare(batch)
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
-        from .yours.reading import outputs_of
+        from .yours.reading import outputs_of, returned
 
         run = self.harness.run(batch)
         named, unused = outputs_of(run, self.anchors, self.heads)
         for label in unused:
             self._never_used(label)
-        return {k: v.float().cpu() for k, v in named.items()}
+        wrong, notes = returned(run, named, any("checkpoint has none" in n for n in self.notes))
+        self.notes += [n for n in notes if n not in self.notes]
+        return {k: v.float().cpu() for k, v in (named | wrong).items()}
 
     def _never_used(self, label: Output) -> None:
         names = ", ".join(sorted(self.anchors[label]))
@@ -412,24 +441,45 @@ def _diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnos
             return None
         run = harness.run(batch)
         pooled = read(run, found_anchors).get(POOLER) if row == POOLER else None
-        found = diagnose(run.trace, table, bert, row, pooled)
+        with shipped():  # the model ran with its patches of torch; BERT is recomputed without
+            found = diagnose(run.trace, table, bert, row, pooled)
         if found is None or found.step is not None:
             return found
     return found
 
 
+def _misplaced(table: Table, config: BertConfig, left: tuple, shapes: dict, spec: str) -> None:
+    """Refuse to leave a head of the checkpoint's (in `left[0]`) out where the table places one
+    of the model's of its shapes as another (`left[1]`: a 2-class classifier as NSP) or its own."""
+    encoder = catalog.shapes(config, [])
+    of = {g: Counter(s for n, s in catalog.shapes(config, [g]).items() if n not in encoder)
+          for g in (*left[0], *left[1])}  # fmt: skip
+    own = Counter(shapes[n] for n in table.own if n in shapes)
+    for group in sorted(left[0]):
+        found = [(g, _head_names(table, config, {g})) for g in left[1] if of[g] == of[group]]
+        if found or not of[group] - own:
+            how, names = (found or [("its own", table.own)])[0]
+            raise CheckpointError(
+                f"--model {spec!r}: the checkpoint's {group} head would be left out, but the table "
+                f"places {', '.join(sorted(names)[:4])}, of its shapes, as {how}: a head is never "
+                f"guessed. Place it as {group} (`bertconv infer --config` reads config.json's "
+                f"architectures), or verify on a checkpoint without a {group} head"
+            )
+
+
 def _not_compared(table, config: BertConfig, absent, kept) -> list[str]:
     """A note for each head of the user's model that the checkpoint has none of (groups that
-    share their tensors, a classifier read three ways, named together)."""
+    share their tensors, a classifier read three ways, named together), and its own tensors."""
     by_names: dict[frozenset, list[str]] = {}
     for group in sorted(absent - {"pooler"}):
         names = frozenset(_head_names(table, config, {group}))
         if not names <= _head_names(table, config, kept):
             by_names.setdefault(names, []).append(group)
+    own = [f"{', '.join(sorted(table.own)[:8])}: your model's own (never loaded or compared)"]
     return [
         f"{' / '.join(groups)}: the checkpoint has none (your model's keeps its own weights)"
         for groups in by_names.values()
-    ]
+    ] + own * bool(table.own)
 
 
 def _head_names(table: Table, config: BertConfig, groups) -> set[str]:

@@ -168,7 +168,7 @@ def test_what_does_not_compute_bert_is_refused_with_a_reason(name, reason, cli):
             "broken.py:ShapeBound",
             "running its forward, the model's code raised ValueError: expected 128 tokens",
         ),
-        ("broken.py:NeedsMaskedPositions", "needs 'masked_pos', which bertconv cannot give"),
+        ("broken.py:NeedsMaskedPositions", "needs 'masked_weights', which bertconv cannot"),
         ("exits_on_import.py:Bert", "the model's code called sys.exit(2)"),
     ],
 )

@@ -13,6 +13,8 @@ from .units import UNUSED, Unit, split_role, words
 OUT_OF_ORDER = 6  # assignments run where none is in an order BERT's could be
 
 
+# The heads read once per sequence (from the pooled output), and the width of each.
+SEQUENCE = {"nsp": lambda c: 2, "classifier": lambda c: c.num_labels}
 # The query, key and value: read from one input, in any order (a fused unit holds all three).
 ATTENTION = ("query", "key", "value")
 
@@ -71,6 +73,7 @@ class Model:
     patterns: dict[str, str]  # every tensor's name -> its name with {layer}
     tied: dict[str, str]  # a second name of a parameter -> its first
     config: BertConfig
+    declared: frozenset[str] = frozenset()  # the groups of config.json's `architectures`
 
     @property
     def roles(self) -> Roles:
@@ -90,10 +93,12 @@ class Model:
 def fits(unit: Unit, out: int, inp: int) -> list[bool]:
     """How a unit can be a projection inp -> out: stored (out, in) [False] or (in, out) [True],
     as its use showed, or either where its use did not show it."""
-    if unit.kind not in ("linear", "other") or len(unit.shape) != 2:
-        return []
+    if unit.kind not in ("linear", "other") or unit.shape[2:] not in ((), (1,)):
+        return []  # (out, in), (in, out), or Conv1d's (out, in, 1)
     options = [unit.transposed] if unit.transposed is not None else [False, True]
-    return [t for t in dict.fromkeys(options) if unit.shape == ((inp, out) if t else (out, inp))]
+    return [
+        t for t in dict.fromkeys(options) if unit.shape[:2] == ((inp, out) if t else (out, inp))
+    ]
 
 
 def is_norm(unit: Unit, h: int) -> bool:
@@ -101,7 +106,9 @@ def is_norm(unit: Unit, h: int) -> bool:
 
 
 def _hint(unit: Unit, role: str, known: Roles) -> int:
-    return len(words(unit.weight) & known.units[role][2])
+    """Name hints a unit's name holds; one of two words (`seq_relationship`) counts twice."""
+    hints = known.units[role][2]
+    return len(words(unit.weight) & hints) + 2 * sum("_" in w and w in unit.weight for w in hints)
 
 
 def layer_choices(model: Model) -> Iterator[Assignment]:
@@ -229,6 +236,17 @@ def pooler_choices(model: Model, taken: set[int]) -> list[Assignment]:
     return [Assignment({"pooler": u}, {"pooler": t}) for u in free for t in fits(u, h, h)]
 
 
+def sequence_role(unit: Unit, model: Model) -> str | None:
+    """The head read once per sequence a unit is: the one config.json's `architectures` names,
+    else the one its name says; never the one its width suggests (None where neither says)."""
+    h = model.config.hidden_size
+    fitting = [r for r, width in SEQUENCE.items() if fits(unit, width(model.config), h)]
+    declared = {r: 9 * (model.roles.units[r][1] in model.declared) for r in fitting}  # first
+    hints = {r: declared[r] + _hint(unit, r, model.roles) for r in fitting}
+    named = [r for r in fitting if hints[r] > sum(hints.values()) / 2]
+    return named[0] if named else None
+
+
 def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
     """The heads the units left outside the layers make (each the likeliest way), most first:
     a masked-LM head (a square projection per token, a LayerNorm, the decoder tied to the word
@@ -259,8 +277,9 @@ def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
             model.tied.setdefault(decoder.weight, word.weight)
     else:
         units.pop("mlm transform", None), units.pop("mlm norm", None)
-    pick("nsp", [(u, t) for u in free for t in fits(u, 2, h)], False)
-    pick("classifier", [(u, t) for u in free for t in fits(u, c.num_labels, h)], False)
+    for unit in (u for u in free if not u.per_token):
+        if role := sequence_role(unit, model):
+            pick(role, [(unit, t) for t in fits(unit, SEQUENCE[role](c), h)], False)
     pick("token classifier", [(u, t) for u in free for t in fits(u, c.num_labels, h)], True)
     pick("qa", [(u, t) for u in free for t in fits(u, 2, h)], True)
     return [Assignment(units, flips)] if units else []
@@ -291,9 +310,9 @@ def _unit_rows(unit: Unit, prefix: str, choice: Assignment, role: str, model: Mo
         official = f"{prefix}.weight"
         return {name[unit.weight]: {"unsqueeze": official} if len(unit.shape) == 3 else official}
     weight, bias = (unit.bias, unit.weight) if role in choice.swapped else (unit.weight, unit.bias)
-    transposed = choice.transposed.get(role)
+    transform = "conv1d" if len(unit.shape) == 3 else choice.transposed.get(role) and "transpose"
     rows = {
-        name[weight]: {"transpose": f"{prefix}.weight"} if transposed else f"{prefix}.weight",
+        name[weight]: {transform: f"{prefix}.weight"} if transform else f"{prefix}.weight",
         name[bias]: f"{prefix}.bias",
     }
     return dict(sorted(rows.items(), key=lambda kv: kv[0] != name[unit.weight]))
@@ -308,8 +327,9 @@ def _fused_rows(unit: Unit, choice: Assignment, model: Model) -> dict:
     return out
 
 
-def raw_table(name: str, rows: dict, model: Model, generated: dict) -> dict:
+def raw_table(name: str, rows: dict, model: Model, generated: dict, own: list[str]) -> dict:
     raw = {"name": name, "description": "inferred", ENCODER: rows.get(ENCODER, {})}
+    raw |= {"own": own} if own else {}
     groups = {g: r for g, r in rows.items() if g != ENCODER and r}
     if groups:
         raw["groups"] = groups
@@ -330,6 +350,9 @@ def table_text(raw: dict, spec: str, notes: list[str]) -> str:
         f"name = {_toml(raw['name'])}",
         f"description = {_toml(f'{spec}, inferred by bertconv infer')}",
     ]
+    if raw.get("own"):
+        why = "# The model's own, from no checkpoint (never loaded, never compared)."
+        lines += ["", why, f"own = {_toml(raw['own'])}"]
     if "pooler" in raw.get("groups", {}):
         why = "# Its class builds the pooler: a file without one cannot load into it."
         lines += ["", why, 'requires = ["pooler"]']

@@ -51,8 +51,9 @@ class Diagnosis:
         return asdict(self)
 
     def message(self) -> str:
-        if self.step is None and self.max_abs != self.max_abs:
-            return f"{self.row}: bertconv could not take it apart step by step ({self.detail})."
+        if self.step is None and self.max_abs != self.max_abs:  # not taken apart (or random)
+            why = self.cause or f"bertconv could not take it apart step by step ({self.detail})"
+            return f"{self.row}: {why}."
         agree = _together([name for name, _ in self.agreeing])
         worst = max((d for _, d in self.agreeing), default=0.0)
         if self.step is None:
@@ -102,10 +103,28 @@ def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=No
                 view, bert, config
             )
         with torch.inference_mode():
-            return walk(str(row), steps, view.mask)
+            found = walk(str(row), steps, view.mask)
     except (RuntimeError, ValueError, IndexError, KeyError, NotImplementedError) as e:
         # A model laid out in a way no step foresaw: the failing row stands, said plainly.
-        return Diagnosis(str(row), None, math.nan, detail=f"{type(e).__name__}: {e}"[:300])
+        found = Diagnosis(str(row), None, math.nan, detail=f"{type(e).__name__}: {e}"[:300])
+    active = None if found.cause else left_active(trace)  # no step compares: two runs differ
+    return found if active is None else Diagnosis(str(row), None, math.nan, cause=active)
+
+
+def left_active(trace: Trace) -> str | None:
+    """A dropout its forward leaves active (`F.dropout(x, p, training=True)`, a Bernoulli mask),
+    named after the module whose parameters were read last before it: no step can compare."""
+    last = "the embeddings"
+    for call in trace.calls:
+        p = call.kwargs.get("p", call.args[1] if len(call.args) > 1 else 0.5)
+        on = call.kwargs.get("training", call.args[2] if len(call.args) > 2 else True)
+        if ("dropout" in call.name and on and p) or call.name.startswith("bernoulli"):
+            return (
+                f"dropout left active after {last} ({call.name} in training mode, p = {p}): two "
+                "runs of the same batch differ, so no step of it can be compared with BERT's"
+            )
+        last = min(call.param_names, default=f"{last}.").rpartition(".")[0] or last
+    return None
 
 
 def walk(row: str, steps, mask: torch.Tensor) -> Diagnosis:

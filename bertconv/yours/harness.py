@@ -7,9 +7,7 @@ change to its code.
 NAME is a class called with the config (or, where its constructor takes sizes, with those it
 names), or a function that returns an `nn.Module`. The config is an object with attribute access
 to every config.json field, and BertConfig's defaults for the fields config.json leaves out.
-
-The forward is called by parameter name, then by elimination (`plan`); reading.py reads what
-it computed.
+The forward is called by parameter name, then by elimination (`plan`).
 """
 
 import importlib
@@ -19,15 +17,17 @@ import sys
 import traceback
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
+from unittest.mock import patch
 
 import torch
 from torch import nn
 
 from ..config import BertConfig
 from ..errors import CheckpointError, UsageError, UserCodeError
-from .trace import Trace
+from .trace import Trace, tensors_in
 from .units import words
 
 # What each input is called, most likely first; matched whole, then by the words of a name.
@@ -42,6 +42,14 @@ SPELLINGS = {
     "lengths": ("valid_lens", "valid_len", "lengths", "lens", "seq_lens", "seq_len",
                 "seq_lengths", "input_lengths", "input_lens", "length", "src_lengths"),
 }  # fmt: skip
+# The forms of a mask tried in turn where the forward raises on the first (made of the (B, T)
+# mask of 1 at the tokens); where every form raises, no mask: the model makes it from the pad id.
+MASKS = {
+    "(B, T), 1 at the tokens": lambda m: m,
+    "(B, T), True at the padding": lambda m: ~m.bool(),
+    "(B, 1, 1, T), 1 at the tokens": lambda m: m[:, None, None, :],
+    "(B, 1, 1, T), -10000 at the padding": lambda m: (1.0 - m[:, None, None, :].float()) * -1e4,
+}
 # A mask that marks the padding rather than the tokens (nn.MultiheadAttention's convention).
 INVERTED_MASKS = ("key_padding_mask", "padding_mask", "pad_mask", "src_key_padding_mask")
 # Words that make a name something else than the attention mask: masked-LM positions, labels,
@@ -74,19 +82,11 @@ SIZE_NAMES = {
 # Fields of transformers' BertConfig that config.json may leave out, as their defaults: a model
 # may read any of them (`config.initializer_range` in its weight init).
 DEFAULTS = {
-    "initializer_range": 0.02,
-    "use_cache": True,
-    "is_decoder": False,
-    "add_cross_attention": False,
-    "tie_word_embeddings": True,
-    "bos_token_id": None,
-    "eos_token_id": None,
-    "output_hidden_states": False,
-    "output_attentions": False,
-    "return_dict": True,
-    "torchscript": False,
+    "initializer_range": 0.02, "use_cache": True, "is_decoder": False, "tie_word_embeddings": True,
+    "add_cross_attention": False, "bos_token_id": None, "eos_token_id": None, "return_dict": True,
+    "output_hidden_states": False, "output_attentions": False, "torchscript": False,
     "chunk_size_feed_forward": 0,
-}
+}  # fmt: skip
 
 
 class Config(dict):
@@ -111,33 +111,95 @@ def config_object(config_dict: dict, config: BertConfig) -> Config:
 
 
 def import_factory(spec: str) -> Callable:
-    """The class or function `spec` names: `package.module:Name` or `path/to/file.py:Name`."""
+    """The class or function `spec` names: `package.module:Name` or `path/to/file.py:Name`. torch
+    as shipped first (no other model's patches), then as this model's module leaves it (PATCHES)."""
     where, _, name = spec.rpartition(":")
     if not where or not name:
         raise UsageError(f"--model {spec!r}: expected PKG.MODULE:NAME or path/to/file.py:NAME")
+    path, module_name, root = Path(where), where, Path.cwd()
     if where.endswith(".py") or "/" in where:
         path = Path(where).expanduser().resolve()
         if not path.is_file():
             raise UsageError(f"--model {spec!r}: cannot import {where} (no such file {path})")
         module_name, root = _module_name(path)
-    else:
-        path, module_name, root = Path(where), where, Path.cwd()
+    unpatch()
+    spaces = _torch_namespaces()
+    before = _attributes(spaces)
     with guarded(spec, f"importing {where}"), _importing(root, str(path)):
-        if module_name == where:  # a module by its dotted name
+        if module_name != where:
+            module = _exec_file(module_name, path)
+        else:  # a module by its dotted name
             try:
                 module = importlib.import_module(where)
             except ModuleNotFoundError as e:
                 if e.name is None or not where.startswith(e.name):
-                    raise
+                    raise  # the module's own imports: its error
                 raise UsageError(
                     f"--model {spec!r}: cannot import {where} (ModuleNotFoundError: {e})"
                 ) from None
-        else:
-            module = _exec_file(module_name, path)
+    _apply(PATCHES.setdefault(module.__name__, _patches(spaces, before)))  # imported before: redone
     factory = getattr(module, name, None)
     if not callable(factory):
         raise UsageError(f"--model {spec!r}: {where} has no class or function {name!r}")
     return factory
+
+
+MISSING = object()
+# What each model's module changed in torch when it was imported, by module name, and what is in
+# effect now: {(namespace, attribute): (the namespace, torch's own value or MISSING, the module's)}.
+PATCHES: dict[str, dict[tuple[str, str], tuple]] = {}
+APPLIED: dict[tuple[str, str], tuple] = {}
+
+
+def _torch_namespaces() -> dict[str, object]:
+    """Where a model's module may patch torch, by name: torch, torch.Tensor, torch.nn and its
+    modules (functional, init, ...), nn's module classes."""
+    spaces = {n: m for n, m in list(sys.modules.items()) if n.startswith("torch.nn") and m}
+    classes = {f"torch.nn.{n}": c for n, c in vars(nn).items() if isinstance(c, type)}
+    return {"torch": torch, "torch.Tensor": torch.Tensor} | spaces | classes
+
+
+def _attributes(spaces: dict[str, object]) -> dict[tuple[str, str], object]:
+    return {(n, a): value for n, space in spaces.items() for a, value in list(vars(space).items())}
+
+
+def _patches(spaces: dict[str, object], before: dict) -> dict[tuple[str, str], tuple]:
+    """What changed since `before`, but the submodules an import adds to its package."""
+    after = _attributes(spaces)
+    changed = {k for k in before.keys() | after.keys() if before.get(k) is not after.get(k)}
+    changed -= {k for k in changed - before.keys() if inspect.ismodule(after[k])}
+    return {k: (spaces[k[0]], before.get(k, MISSING), after.get(k, MISSING)) for k in changed}
+
+
+def _set(space, attribute: str, value) -> None:
+    if value is not MISSING:
+        setattr(space, attribute, value)
+    elif attribute in vars(space):
+        delattr(space, attribute)
+
+
+def _apply(patches: dict[tuple[str, str], tuple]) -> None:
+    APPLIED.update(patches)
+    for (_, attribute), (space, _, patched) in patches.items():
+        _set(space, attribute, patched)
+
+
+def unpatch() -> None:
+    """torch as shipped again: every patch a model's module made undone."""
+    for (_, attribute), (space, shipped, _) in APPLIED.items():
+        _set(space, attribute, shipped)
+    APPLIED.clear()
+
+
+@contextmanager
+def shipped():
+    """torch as shipped while it runs (bertconv's own arithmetic), then as the model left it."""
+    applied = dict(APPLIED)
+    unpatch()
+    try:
+        yield
+    finally:
+        _apply(applied)
 
 
 def _module_name(path: Path) -> tuple[str, Path]:
@@ -163,16 +225,11 @@ def _exec_file(module_name: str, path: Path):
     if "." in module_name and not module_name.startswith("bertconv_user."):
         importlib.import_module(module_name.rpartition(".")[0])  # its packages, for `from .x`
     spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    previous = sys.modules.get(module_name)
-    sys.modules[module_name] = module
+    module = sys.modules[module_name] = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        if previous is None:
-            sys.modules.pop(module_name, None)
-        else:
-            sys.modules[module_name] = previous
+        del sys.modules[module_name]  # as a failed import leaves it
         raise
     return module
 
@@ -181,9 +238,8 @@ def _exec_file(module_name: str, path: Path):
 def _importing(root: Path, program: str):
     """The model's directory importable (for its own imports of its neighbours), and sys.argv
     its own, as when Python runs it: a file that parses its arguments on import sees none."""
-    saved_argv = sys.argv
+    saved_argv, sys.argv = sys.argv, [program]
     sys.path.insert(0, str(root))
-    sys.argv = [program]
     try:
         yield
     finally:
@@ -277,8 +333,8 @@ def load_weights(
 class Plan:
     """How the user's forward takes its inputs: {its parameter: what bertconv passes it}."""
 
-    arguments: dict[str, str]  # parameter -> input_ids, attention_mask, token_type_ids, lengths
-    inverted: bool = False  # the mask is True at padding
+    arguments: dict[str, str]  # parameter -> input_ids, attention_mask, ..., masked_positions
+    mask: str = next(iter(MASKS))  # the form of the mask (MASKS)
     keywords: bool = True  # passed by name (else by position, to a forward(*args))
 
     @property
@@ -317,7 +373,8 @@ def plan(model: nn.Module, spec: str) -> Plan:
         )
     order = {p.name: i for i, p in enumerate(named)}
     arguments = dict(sorted(found.items(), key=lambda kv: order[kv[0]]))
-    return Plan(arguments, inverted=any(a in INVERTED_MASKS for a in arguments))
+    inverted = any(a in INVERTED_MASKS for a in arguments)
+    return Plan(arguments, list(MASKS)[inverted])
 
 
 def _by_name(names: list[str]) -> dict[str, str]:
@@ -336,6 +393,8 @@ def _by_name(names: list[str]) -> dict[str, str]:
 
 
 def _by_words(words: set[str]) -> str | None:
+    if words & {"mask", "masked", "mlm", "lm"} and words & {"pos", "position", "positions"}:
+        return "masked_positions"  # masked_pos, mlm_positions: a masked-LM head's, given all
     if "mask" in words or "masks" in words:
         return None if words & NOT_THE_MASK else "attention_mask"
     if words & {"len", "lens", "length", "lengths"}:
@@ -385,14 +444,13 @@ class Harness:
         mask = batch["attention_mask"]
         values = {
             "input_ids": lambda: batch["input_ids"],
-            "attention_mask": lambda: ~mask.bool() if self.plan.inverted else mask,
+            "attention_mask": lambda: MASKS[self.plan.mask](mask),
             "token_type_ids": lambda: batch["token_type_ids"],
             "lengths": lambda: mask.sum(-1),
+            "masked_positions": lambda: torch.arange(mask.shape[-1]).repeat(len(mask), 1),
         }
         args = {theirs: values[ours]() for theirs, ours in self.plan.arguments.items()}
-        if self.plan.keywords:
-            return self.model(**args)
-        return self.model(*args.values())
+        return self.model(**args) if self.plan.keywords else self.model(*args.values())
 
     def run(self, batch: dict[str, torch.Tensor], guard: bool = True) -> Run:
         """A traced forward on a prepared batch. The user's code raising is theirs (guard), or,
@@ -405,11 +463,61 @@ class Harness:
 
 
 def load(spec: str, config_dict: dict, config: BertConfig, batch: dict) -> Harness:
-    """The user's model `spec`, built from config.json, with the harness that calls it. Lazy
-    modules (`nn.LazyLinear`) have their shapes only after a first forward: on `batch`."""
-    model = construct(import_factory(spec), spec, config_object(config_dict, config))
+    """The user's model `spec`, built from config.json, with the harness that calls it, its mask
+    in the form its forward takes (`masked`); lazy modules (`nn.LazyLinear`) shaped by that
+    first forward, on `batch`."""
+    # torch.jit.script giving back what it is given, as under PYTORCH_JIT=0: a scripted function
+    # (a fused bias and GELU) runs as Python, in the trace's sight, not as TorchScript out of it.
+    with patch.object(torch.jit._state._enabled, "enabled", False):
+        model = construct(import_factory(spec), spec, config_object(config_dict, config))
     harness = Harness(model, spec, plan(model, spec), config.pad_token_id, config.vocab_size)
-    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):
-        with torch.no_grad(), guarded(spec, "running its forward"):
-            harness.call(harness.prepare(batch))
+    if "attention_mask" in harness.plan.given or any(
+        isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()
+    ):
+        harness.plan = masked(harness, batch)
     return harness
+
+
+def masked(harness: Harness, batch: dict) -> Plan:
+    """The plan with the mask in the form (MASKS) its forward takes: the one its name says where
+    it runs with finite outputs; else the first of the rest where other ids at the padded places
+    change nothing at the tokens; else none (the model makes it from the pad id); else the first
+    that runs. Where every form raises, the first error is the model's."""
+    first, errors, leaky = harness.plan, [], []
+    forms = sorted(MASKS, key=lambda f: f != first.mask) if "attention_mask" in first.given else []
+    unmasked = {k: v for k, v in first.arguments.items() if v != "attention_mask"}
+    plans = [replace(first, mask=f) for f in forms] + [replace(first, arguments=unmasked)]
+    for i, plan in enumerate(plans):
+        harness.plan = plan
+        outputs = _attempt(harness, batch, errors)
+        if outputs is not None and all(t.isfinite().all() for t in outputs):
+            if i in (0, len(forms)) or not _leaks(harness, batch, outputs):
+                return plan
+            leaky.append(plan)
+    harness.plan = (leaky or [first])[0]
+    if len(errors) < len(plans):
+        return harness.plan
+    with guarded(harness.spec, "running its forward"):
+        raise errors[0]
+
+
+def _attempt(harness: Harness, batch: dict, errors: list) -> list[torch.Tensor] | None:
+    """The forward's floating outputs on `batch`; None where it raises (the error in `errors`)."""
+    try:
+        with torch.no_grad(), guarded(harness.spec, "running its forward"):
+            output = harness.call(harness.prepare(batch))
+    except UserCodeError as e:
+        errors.append(e.__context__ or e)
+        return None
+    return [t for t in tensors_in(output) if t.is_floating_point()]
+
+
+def _leaks(harness: Harness, batch: dict, outputs: list[torch.Tensor]) -> bool:
+    """Do other ids at the padded places change the outputs at the tokens?"""
+    real, ids = batch["attention_mask"].bool(), batch["input_ids"]
+    ids = torch.where(real, ids, (ids + 1) % harness.vocab_size)
+    other = _attempt(harness, {**batch, "input_ids": ids}, [])
+    if other is None or [t.shape for t in other] != [t.shape for t in outputs]:
+        return True
+    at = [t[real] if t.shape[:2] == real.shape else t for t in outputs + other]
+    return not all(map(partial(torch.allclose, atol=1e-5), at[: len(other)], at[len(other) :]))

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import torch
 
 from .. import storage
-from ..catalog import ENCODER, shapes
+from ..catalog import ENCODER, architecture, shapes
 from ..config import BertConfig
-from ..errors import NotBertError, UsageError
+from ..errors import NotBertError
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
 from . import assign
@@ -71,48 +71,58 @@ class Inference:
 
 class Probe:
     """The user's model and bertconv's BERT (the class its heads make) on the probe config,
-    holding the same random weights (random_weights), and the batch both read."""
+    holding the same random weights (random_weights), and the batch both read. The weights are
+    drawn into the user's tensors through the first table, `raw`; bertconv's BERT and later
+    tables take views of them: no copy (440 MB at bert-base size)."""
 
-    def __init__(self, harness: Harness, config: BertConfig, groups: frozenset[str]):
-        from ..api import build
-        from ..convert import Conversion, write_layout
+    def __init__(self, harness: Harness, config: BertConfig, groups: frozenset[str], raw: dict):
         from ..verify import random_batch
 
         self.harness, self.config = harness, config
         self.model_class = class_for(set(groups), config.model_type)
         self.heads = heads(self.model_class, config.model_type)
-        self.official = random_weights(config, groups)
-        ours = write_layout(self.official, config, layout("bertconv", config), groups)
-        self.reference = build(Conversion(ours, self.model_class, groups, {}, [], 0), config)
+        official = shapes(config, sorted(groups))  # leaves named by their data, for _torch
+        self.names = {n: storage.InMemory("F32", tuple(s), n) for n, s in official.items()}
+        own, places = harness.model.state_dict(), {}
+        for name, t in self._laid_out(expand(raw, raw["name"], config), raw).items():
+            if name in own and own[name].dtype == torch.float32 and own[name].shape == t.shape:
+                _places(t, own[name], places)
+        self.official = random_weights(official, places)
+        ours = self._laid_out(layout("bertconv", config), {"groups": groups}, torch_=True)
+        self.reference = _holding(self.model_class, config, groups, ours)
         self.batch = harness.prepare(random_batch(config, PROBE_LENGTH))
         self.expected = compared(self.reference, self.batch, self.heads)
         self.trials = 0
 
+    def _laid_out(self, table, raw: dict, torch_=False) -> dict:
+        """The official tensors laid out by `table` with `raw`'s groups: trees of their names,
+        or (torch_) torch tensors made of the random weights, views where they can be."""
+        from ..convert import write_layout
+
+        laid = write_layout(self.names, self.config, table, frozenset(raw.get("groups", {})))
+        return {n: _torch(t, self.official) for n, t in laid.items()} if torch_ else laid
+
     def traced(self, raw: dict):
         """The user's model holding the random weights through table `raw`, run traced: the
         run, the table and the anchors of each output through it."""
-        from ..convert import write_layout
-
         table = expand(raw, raw["name"], self.config)
-        groups = frozenset(raw.get("groups", {}))
-        tensors = write_layout(self.official, self.config, table, groups)
-        self.harness.model.load_state_dict(
-            {n: storage.to_torch(t) for n, t in tensors.items()}, strict=False
-        )
-        found = anchors(table, self.config, set(groups))
+        own = self.harness.model.state_dict(keep_vars=True)
+        for name, t in self._laid_out(table, raw, torch_=True).items():
+            if name in own and own[name].shape != t.shape:  # as load_state_dict refuses it
+                raise ValueError(f"{name}: {tuple(t.shape)} for {tuple(own[name].shape)}")
+            if name in own:  # the weights themselves where they can be, not a copy
+                own[name].data = t.to(own[name].dtype).contiguous()
+        found = anchors(table, self.config, set(raw.get("groups", {})))
         return self.harness.run(self.batch, guard=False), table, found
 
     def run(self, raw: dict) -> dict[str, float] | None:
         """How far the user's model, holding the random weights through table `raw`, is from
         BERT at each compared output; None where the table does not fit it."""
         self.trials += 1
-        try:
+        try:  # a wrong candidate may break the user's forward, or its reading, in any way
             run, _, found = self.traced(raw)
-        except Exception:  # a wrong candidate may break the user's forward in any way
-            return None
-        try:
             got = outputs_of(run, found, self.heads)[0]
-        except UsageError:
+        except Exception:
             return None
         return {
             label: (got[label].float() - expected).abs().max().item()
@@ -130,12 +140,13 @@ class Probe:
         return diagnose(run.trace, table, self.reference, row, pooled)
 
 
-def random_weights(config: BertConfig, groups: frozenset[str]) -> dict[str, storage.Tensor]:
-    """Seeded random official tensors of the encoder and `groups`: LayerNorms' gammas around 1
-    and every bias random (so no two are alike), matrices scaled by their fan-in."""
+def random_weights(official: dict, places: dict) -> dict[str, torch.Tensor]:
+    """Seeded random official tensors of these shapes, drawn into `places` where given:
+    LayerNorms' gammas around 1 and every bias random (so no two are alike), matrices scaled by
+    their fan-in."""
     g = torch.Generator().manual_seed(0)
     out = {}
-    for name, shape in shapes(config, sorted(groups)).items():
+    for name, shape in official.items():
         t = torch.randn(shape, generator=g)
         if name.endswith("LayerNorm.weight"):
             t = 1.0 + 0.5 * t
@@ -143,8 +154,46 @@ def random_weights(config: BertConfig, groups: frozenset[str]) -> dict[str, stor
             t = 0.5 * t
         else:
             t = t / shape[-1] ** 0.5
-        out[name] = storage.from_torch(t)
+        out[name] = places[name].view(shape).copy_(t) if name in places else t
     return out
+
+
+def _places(t: storage.Tensor, tensor: torch.Tensor, out: dict) -> None:
+    """Where in `tensor` each official tensor of its layout's `t` lies (views of it)."""
+    if isinstance(t, storage.Joined):
+        for part, rows in zip(t.parts, tensor.split([p.shape[0] for p in t.parts]), strict=True):
+            _places(part, rows, out)
+    elif isinstance(t, storage.Transposed):
+        _places(t.source, tensor.T, out)
+    elif isinstance(t.data, str):
+        out[t.data] = tensor
+
+
+def _torch(t: storage.Tensor, official: dict) -> torch.Tensor:
+    """A layout's tensor made of the official ones by name: views of them, a join copied."""
+    if isinstance(t, storage.Joined):
+        return torch.cat([_torch(p, official) for p in t.parts])
+    if isinstance(t, storage.Transposed):
+        return _torch(t.source, official).T
+    return official[t.data].view(t.shape) if isinstance(t.data, str) else storage.to_torch(t)
+
+
+def _holding(model_class: str, config: BertConfig, groups, weights: dict) -> torch.nn.Module:
+    """bertconv's model of `model_class` holding `weights` themselves (api.build copies them)."""
+    from torch.overrides import TorchFunctionMode
+
+    from .. import model as models
+
+    class Unset(TorchFunctionMode):  # nn.init's calls undone: on meta, they import torch's compiler
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            unset = getattr(func, "__module__", None) == "torch.nn.init"
+            return [*args, *kwargs.values()][0] if unset else func(*args, **kwargs)
+
+    with torch.device("meta"), Unset():
+        model = getattr(models, model_class)(config, pooler="pooler" in groups)
+    model.load_state_dict(weights, strict=True, assign=True)
+    return model.eval()
 
 
 def progress(distances: dict[str, float] | None) -> tuple[int, float]:
@@ -181,7 +230,9 @@ def _failing_part(distances: dict[Output, float] | None) -> str | None:
 
 def infer(spec: str, config_dict: dict | None = None) -> Inference:
     """The table of `spec`'s names (PKG.MODULE:NAME or path.py:NAME), found and checked."""
-    config = BertConfig.from_dict({**PROBE, **(config_dict or {})}, "--config")
+    # A config.json naming its classes is transformers': without id2label, num_labels is 2.
+    probe = PROBE | ({"num_labels": 2} if "architectures" in (config_dict or {}) else {})
+    config = BertConfig.from_dict({**probe, **(config_dict or {})}, "--config")
     from ..verify import random_batch
 
     batch = random_batch(config, PROBE_LENGTH)
@@ -192,7 +243,8 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     tensors = {n: t for n, t in state.items() if n in params}
     _refuse_stacked(tensors, config, spec)
     generated = generated_buffers(state, params, config)
-    return Search(_model(run.trace, tensors, config), harness, config, spec, generated).run()
+    user = _model(run.trace, tensors, config, (config_dict or {}).get("architectures"))
+    return Search(user, harness, config, spec, generated).run()
 
 
 def _refuse_stacked(tensors: dict, config: BertConfig, spec: str) -> None:
@@ -209,8 +261,9 @@ def _refuse_stacked(tensors: dict, config: BertConfig, spec: str) -> None:
         )
 
 
-def _model(trace: Trace, tensors: dict, config: BertConfig) -> assign.Model:
-    """The user's units, those of layer 0 standing for every layer's."""
+def _model(trace: Trace, tensors: dict, config: BertConfig, classes) -> assign.Model:
+    """The user's units, those of layer 0 standing for every layer's; `classes`: config.json's
+    `architectures`, whose groups say which heads the model's are."""
     patterns = layer_pattern({n: t.shape for n, t in tensors.items()}, config.num_hidden_layers)
     # A parameter under two names (a tied decoder) is one unit: its second name a tied copy.
     keys = {
@@ -225,7 +278,10 @@ def _model(trace: Trace, tensors: dict, config: BertConfig) -> assign.Model:
     first = min((i for i in index.values() if i is not None), default=-1)
     layer = [u for u in units if index[u.weight] == first]
     outside = [u for u in units if index[u.weight] is None]
-    return assign.Model(layer, outside, patterns, tied, config)
+    known = architecture(config.model_type)["classes"]
+    names = [c for c in classes if isinstance(c, str)] if isinstance(classes, list) else []
+    declared = frozenset(g for c in names if c in known for g in known[c]["groups"])
+    return assign.Model(layer, outside, patterns, tied, config, declared)
 
 
 @dataclass
@@ -238,6 +294,7 @@ class Search:
     spec: str
     generated: dict
     best: tuple[dict | None, dict | None] = (None, None)
+    detached: tuple = ()  # heads of the pooled output in a model with no pooler: its own
 
     def run(self) -> Inference:
         embeddings = list(assign.global_choices(self.user))
@@ -245,17 +302,22 @@ class Search:
         if not embeddings or not layers:
             return Inference(None, {}, 0, self._inventory())
         taken = {id(u) for a in (embeddings[0], layers[0]) for u in a.units.values()}
-        poolers = assign.pooler_choices(self.user, taken) or [assign.Assignment({})]
-        taken |= {id(u) for u in poolers[0].units.values()}
         word = embeddings[0].units["word embeddings"]
         heads = assign.head_choices(self.user, taken, word) or [assign.Assignment({})]
+        taken |= {id(u) for u in heads[0].units.values()}
+        poolers = assign.pooler_choices(self.user, taken) or [assign.Assignment({})]
+        if not poolers[0].units:  # a head read off a hidden state is not transformers'
+            self.detached = tuple(
+                heads[0].units.pop(r) for r in assign.SEQUENCE if r in heads[0].units
+            )
         parts = {"embeddings": embeddings, "layers": layers, "pooler": poolers, "heads": heads}
         uncovered = self._uncovered({p: options[0] for p, options in parts.items()})
         if uncovered:
             return Inference(None, {}, 0, uncovered)
         roles = self.user.roles.units
         groups = frozenset(roles[r][1] for p in (poolers, heads) for r in p[0].units)
-        self.probe = Probe(self.harness, self.config, groups)
+        first = self._raw({p: options[0] for p, options in parts.items()})
+        self.probe = Probe(self.harness, self.config, groups, first)
         return self._search(parts)
 
     def _search(self, parts: dict) -> Inference:
@@ -302,12 +364,22 @@ class Search:
         swapped = frozenset().union(*(a.swapped for a in parts))
         merged = assign.Assignment(units, transposed, swapped, chosen["layers"].fused)
         name = self.spec.rpartition(":")[2]
-        return assign.raw_table(name, assign.sections(merged, self.user), self.user, self.generated)
+        rows = assign.sections(merged, self.user)
+        return assign.raw_table(name, rows, self.user, self.generated, self._own(units))
+
+    def _own(self, placed: dict) -> list[str]:
+        """The model's own tensors: those no part of BERT takes that its forward never reads,
+        and the heads of a model with no pooler."""
+        units = [u for u in self.user.layer + self.user.outside if u not in placed.values()]
+        own = [u for u in units if u.order == UNUSED or u in self.detached]
+        names = [self.user.patterns[n] for u in own for n in (u.weight, u.bias) if n]
+        return list(dict.fromkeys(names))
 
     def _uncovered(self, chosen: dict) -> str | None:
         """Why no table can hold the model: tensors no part of BERT fits."""
         raw = self._raw(chosen)
-        parts = (raw[ENCODER], raw.get("tied", {}), *raw.get("groups", {}).values())
+        parts = (raw[ENCODER], raw.get("tied", {}), raw.get("own", []))
+        parts += tuple(raw.get("groups", {}).values())
         layers = range(self.config.num_hidden_layers)
         named = {n.replace("{layer}", str(i)) for part in parts for n in part for i in layers}
         left = [n for n in self.user.patterns if n not in named]
@@ -315,15 +387,17 @@ class Search:
             return None
         return (
             "no part of BERT fits its tensors "
-            f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}: BERT's encoder, pooler "
-            "and heads have no such tensor (another architecture, or a part BERT lacks)"
+            f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}: BERT's encoder, pooler and "
+            "heads have no such tensor (another architecture, a part BERT lacks, or a head of the "
+            "pooled output that neither config.json's architectures nor its name places)"
         )
 
     def _notes(self, chosen: dict) -> list[str]:
         units = [u for a in chosen.values() for u in a.units.values()]
         unused = [u.weight for u in units if u.order == UNUSED and u.kind != "embedding"]
         never = "Never used by its forward (placed by name and shape only)"
-        return [f"{never}: {', '.join(unused)}"] if unused else []
+        own = [f"{u.weight}: the model's own (no pooler before it)" for u in self.detached]
+        return ([f"{never}: {', '.join(unused)}"] if unused else []) + own
 
     def _why(self, found) -> str:
         distances = self.best[1]
@@ -339,7 +413,7 @@ class Search:
             f"{none}: the closest matches {_listed(labels[:done])} and diverges at "
             f"{at or 'the end'} (max abs {error:.3g} against bertconv's {self.probe.model_class})"
         )
-        if found is not None and found.step is not None:
+        if found is not None and (found.step or found.cause) is not None:
             return f"{why}.\n{found.message()}"
         why += ". Its tensors have BERT's shapes but it computes something else there: "
         tail = f"\n{found.message()}" if found else ""

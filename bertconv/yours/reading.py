@@ -8,7 +8,7 @@ from ..catalog import anchors as catalog_anchors
 from ..config import BertConfig
 from ..errors import UsageError
 from ..mapping import Table
-from ..outputs import POOLER, Head, Output
+from ..outputs import EMBEDDINGS, POOLER, Head, Output, layer
 from .harness import Run
 from .trace import tensors_in
 
@@ -65,15 +65,20 @@ def per_batch(value, mask: torch.Tensor) -> torch.Tensor | None:
     return value if value.dim() == 2 and value.shape[0] == B else None
 
 
+def real(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    """An output at the real tokens, (N, features) or (N,) of a per-token score (B, T); a
+    per-sequence output (B, F) as it is; None for another shape."""
+    full = value[mask.bool()] if tuple(value.shape) == tuple(mask.shape) else per_batch(value, mask)
+    return full[mask.bool()] if full is not None and full.dim() == 3 else full
+
+
 def at_real_positions(value: torch.Tensor, mask: torch.Tensor, label: Output) -> torch.Tensor:
-    """An output at the real tokens, (N, features); a per-sequence output (B, F) as it is."""
-    full = per_batch(value, mask)
-    if full is None:
+    if (full := real(value, mask)) is None:
         raise UsageError(
             f"the model's {label} has shape {tuple(value.shape)}, which is not (batch, tokens, "
             f"features) for a batch of {tuple(mask.shape)}"
         )
-    return full[mask.bool()] if full.dim() == 3 else full
+    return full
 
 
 def outputs_of(
@@ -102,3 +107,53 @@ def head_rows(group: str, value: torch.Tensor, heads: list[Head], mask: torch.Te
         part = part[..., i] if len(rows) > 1 else part
         out[head.output] = part.reshape(mask.shape[0], -1) if group == "choice" else part
     return out
+
+
+def returned(run: Run, named: dict, lenient: bool) -> tuple[dict, list[str]]:
+    """What the forward returned, set against what each tensor stands for: per token and of
+    hidden size, the last layer (in a list of one per layer, or + 1, each hidden state in turn);
+    per sequence and of hidden size, the pooler; else the head of its shape. Gives {output: the
+    returned value} where it is not what the model computed (the last layer NaN where nothing
+    returned is compared, unless `lenient` and it returns a tensor: a head the checkpoint lacks,
+    not compared), and why."""
+    mask = run.batch["attention_mask"]
+    mask = mask.reshape(-1, mask.shape[-1]).bool()
+    last = layer(max(k.index for k in named if k.kind == "layer"))
+    hidden, wrong, notes, labels = named[last].shape[-1], {}, [], {}
+    for seq in _sequences(run.output):
+        if len(seq) in (last.index, last.index + 1) and all(_per_token(t, hidden) for t in seq):
+            first = last.index + 1 - len(seq)
+            labels |= {id(t): layer(i) if i else EMBEDDINGS for i, t in enumerate(seq, first)}
+    tensors, placed = list(tensors_in(run.output)), False
+    for t in tensors:
+        if (value := real(t, mask)) is None:
+            continue
+        same = [k for k, v in named.items() if v.shape == value.shape]
+        equal = [k for k in same if torch.allclose(named[k], value, 0, 1e-6)]
+        if _per_token(t, hidden):
+            label = labels.get(id(t), last)
+        else:
+            label = POOLER if value.shape == (len(mask), hidden) else (equal or same or [None])[0]
+        placed |= label in named
+        if label in named and label not in equal:
+            wrong[label] = value.to(named[label].dtype)
+            match = f"the {equal[0]} output" if equal else "no output computed inside it"
+            notes.append(f"{label} as computed inside: your forward returns {match} in its place")
+    if not placed and not (lenient and tensors):
+        wrong[last] = torch.full_like(named[last], float("nan"))
+        what = f"{type(run.output).__name__}, nothing that stands for a compared output"
+        notes.append(f"{last} as computed inside: your forward returns {what} (the row: NaN)")
+    return wrong, notes
+
+
+def _per_token(t, hidden: int) -> bool:
+    return isinstance(t, torch.Tensor) and t.dim() == 3 and t.shape[-1] == hidden
+
+
+def _sequences(value, depth: int = 0):
+    """The tuples and lists in a returned value (in dicts too), outermost first."""
+    value = list(value.values()) if isinstance(value, dict) else value
+    if isinstance(value, tuple | list) and depth < 4:
+        yield value
+        for item in value:
+            yield from _sequences(item, depth + 1)

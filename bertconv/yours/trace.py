@@ -22,7 +22,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 # Attribute reads that are views of a tensor (the rest, `.shape`, `.device`, ..., are metadata).
-VIEW_ATTRIBUTES = {"T", "mT", "H", "mH"}
+VIEW_ATTRIBUTES = {"T", "mT", "H", "mH", "data"}
 # Calls that answer a question about a tensor rather than compute one.
 METADATA = {"size", "dim", "numel", "stride", "is_floating_point", "is_contiguous", "data_ptr",
             "element_size", "__len__", "__bool__", "item", "tolist", "__format__", "__repr__",
@@ -86,8 +86,6 @@ class Trace(TorchFunctionMode):
         self._record(name, args, kwargs, out)
         return out
 
-    # What is known about a tensor ---------------------------------------------------------
-
     def origin(self, t: torch.Tensor) -> Origin | None:
         if id(t) in self.names:
             return Origin((self.names[id(t)],))
@@ -95,8 +93,6 @@ class Trace(TorchFunctionMode):
 
     def sources(self, t: torch.Tensor) -> frozenset[str]:
         return self._sources.get(id(t), frozenset())
-
-    # Reading the record -------------------------------------------------------------------
 
     def uses(self, params: set[str]) -> list[Call]:
         """The calls that read any of `params` together with the model's inputs, in order."""
@@ -126,8 +122,6 @@ class Trace(TorchFunctionMode):
                 return chain
             chain.append(following.output)
             current = following
-
-    # Recording ------------------------------------------------------------------------------
 
     def _before_in_place(self, name: str, args: tuple, kwargs: dict) -> None:
         """Keep, for the call that made it, a copy of what an in-place call is about to change."""

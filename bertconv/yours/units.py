@@ -14,7 +14,7 @@ WEIGHT_WORDS = {"weight", "w", "gamma", "g", "scale", "kernel", "a"}
 BIAS_WORDS = {"bias", "b", "beta"}
 NORM_CALLS = {"layer_norm"}
 LOOKUP_CALLS = {"embedding", "__getitem__", "index_select", "take", "narrow"}
-VIEWS = {"contiguous", "float", "to", "type", "clone", "detach", "__getitem__", "narrow",
+VIEWS = {"contiguous", "float", "to", "type", "clone", "detach", "data", "__getitem__", "narrow",
          "unsqueeze", "squeeze", "expand", "expand_as", "double", "half", "bfloat16"}  # fmt: skip
 FLIPS = {"T", "t", "mT", "H", "mH"}
 # A unit paired by names alone: its kind by (the weight's dimensions, has it a bias).
@@ -118,9 +118,7 @@ def _flips(name: str, args: tuple) -> bool:
 
 
 def _arg(call, index: int, name: str):
-    if len(call.args) > index:
-        return call.args[index]
-    return call.kwargs.get(name)
+    return call.args[index] if len(call.args) > index else call.kwargs.get(name)
 
 
 def _linears(call, trace: Trace, state: dict, config: BertConfig) -> list[Unit]:
@@ -129,12 +127,16 @@ def _linears(call, trace: Trace, state: dict, config: BertConfig) -> list[Unit]:
     found = []  # (weight, bias, stored (in, out) when not flipped, fused, the input)
     args = call.args
     if call.name == "linear":
-        found.append((_arg(call, 1, "weight"), _arg(call, 2, "bias"), False, 1, args[0]))
+        bias = _arg(call, 2, "bias")  # else added apart: F.linear(x, W) + b, b + F.linear(x, W)
+        bias = _added_after(call, trace, adds_only=True) if bias is None else bias
+        found.append((_arg(call, 1, "weight"), bias, False, 1, args[0]))
     elif call.name in ("matmul", "mm", "bmm", "__matmul__") and len(args) == 2:
         if _param(trace, args[1]) and not _param(trace, args[0]):
             found.append((args[1], _added_after(call, trace, adds_only=True), True, 1, args[0]))
         elif _param(trace, args[0]) and not _param(trace, args[1]):
             found.append((args[0], _added_after(call, trace, adds_only=True), False, 1, args[1]))
+    elif call.name == "conv1d":  # Conv1d(kernel_size=1): weights (out, in, 1)
+        found.append((_arg(call, 1, "weight"), _arg(call, 2, "bias"), False, 1, args[0]))
     elif call.name == "addmm" and len(args) >= 3:
         found.append((args[2], args[0], True, 1, args[1]))
     elif call.name == "einsum":
@@ -145,7 +147,8 @@ def _linears(call, trace: Trace, state: dict, config: BertConfig) -> list[Unit]:
     units = []
     for weight, bias, stored_in_out, fused, x in found:
         w, b = _param(trace, weight), _param(trace, bias)
-        if w is None or state[w[0]].dim() != 2:
+        conv = call.name == "conv1d"
+        if w is None or state[w[0]].shape[2:] != (1,) * conv or state[w[0]].dim() < 2:
             continue
         bias = b[0] if b and state[b[0]].dim() == 1 else None
         transposed = stored_in_out != bool(w[1] % 2)

@@ -17,11 +17,12 @@ class ShapeBound(nn.Module):
 
 
 class NeedsMaskedPositions(nn.Module):
-    """A pre-training model whose forward needs the masked positions."""
+    """A pre-training model whose forward needs the masked positions (bertconv gives every
+    position) and their weights (which it cannot give)."""
 
     def __init__(self, config):
         super().__init__()
         self.tok = nn.Embedding(config.vocab_size, config.hidden_size)
 
-    def forward(self, input_ids, segment_ids, input_mask, masked_pos):
+    def forward(self, input_ids, segment_ids, input_mask, masked_pos, masked_weights):
         return self.tok(input_ids)

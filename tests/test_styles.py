@@ -1,0 +1,88 @@
+"""Calling styles of public from-scratch BERTs (tests/zoo/style_*.py): masks in every form
+(extended, additive, True at the padding, none: made from the pad id), a masked-LM head's
+positions given to the forward, vendors' fused code (biases added apart from their projections
+in either order, bias and GELU or tanh in TorchScript functions, LayerNorms reading `.data`), a
+feed-forward of `Conv1d(kernel_size=1)` (its table row a `conv1d` transform). Each is
+inferred, then verified PASSED on the real all-MiniLM-L6-v2, as tests/test_zoo.py does for the
+zoo."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import bertconv
+from bertconv.yours import harness
+
+ZOO = Path(__file__).parent / "zoo"
+
+# spec -> the mask form the harness settles on (None: no mask given, the pad id makes it)
+STYLES = {
+    "style_masks.py:ExtendedMaskBert": "(B, 1, 1, T), 1 at the tokens",
+    "style_masks.py:AdditiveMaskBert": "(B, 1, 1, T), -10000 at the padding",
+    "style_masks.py:PaddingMaskBert": "(B, T), True at the padding",
+    "style_masks.py:PadIdBert": None,
+    "style_masks.py:MaskedLMBert": None,
+    "style_fused.py:FusedBert": "(B, T), 1 at the tokens",
+    "style_conv.py:ConvBert": "(B, T), True at the padding",
+}
+
+
+@pytest.mark.parametrize("name", STYLES)
+def test_each_style_is_inferred_and_verified_on_minilm(name, minilm, tmp_path, cli):
+    table = tmp_path / "table.toml"
+    code, _, err = cli("infer", ZOO / name, "--out", table)
+    assert code == 0, err
+    code, out, err = cli("verify", minilm, "--model", ZOO / name, "--layout", table)
+    assert code == 0 and "PASSED" in out, out + err
+    assert sum(line.startswith("layer") for line in out.splitlines()) == 6
+
+
+@pytest.mark.parametrize("name", STYLES)
+def test_the_harness_says_which_mask_form_the_forward_takes(name):
+    from bertconv.verify import random_batch
+
+    config = bertconv.BertConfig(
+        hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96
+    )
+    model = harness.load(str(ZOO / name), {}, config, random_batch(config, 8))
+    given = "attention_mask" in model.plan.given
+    assert (model.plan.mask if given else None) == STYLES[name]
+    assert given or model.prepare(random_batch(config, 8))["input_ids"].eq(0).any()
+    assert torch.jit._state._enabled  # TorchScript off only while the model is imported
+
+
+def test_a_scripted_function_runs_as_python_where_the_trace_sees_it():
+    from bertconv.verify import random_batch
+
+    config = bertconv.BertConfig(num_hidden_layers=1)
+    model = harness.load(str(ZOO / "style_fused.py:FusedBert"), {}, config, random_batch(config))
+    run = model.run(model.prepare(random_batch(config)))
+    assert {"erf", "tanh"} <= {call.name for call in run.trace.calls}
+
+
+def test_where_every_mask_form_raises_the_first_error_is_the_models(tmp_path, cli):
+    source = tmp_path / "needs.py"
+    source.write_text(
+        "import torch\n"
+        "class Bert(torch.nn.Module):\n"
+        "    def __init__(self, config):\n"
+        "        super().__init__()\n"
+        "        self.emb = torch.nn.Embedding(config.vocab_size, config.hidden_size)\n"
+        "    def forward(self, input_ids, attention_mask):\n"
+        "        raise ValueError(f'mask of {attention_mask.dim()} dims')\n"
+    )
+    code, _, err = cli("infer", f"{source}:Bert", "--out", tmp_path / "t.toml")
+    assert code == 2 and "ValueError: mask of 2 dims" in err, err
+
+
+def test_a_conv1d_projection_is_converted_into_and_back(minilm, tmp_path, cli):
+    table = tmp_path / "conv.toml"
+    assert cli("infer", ZOO / "style_conv.py:ConvBert", "--out", table)[0] == 0
+    assert 'conv1d = "encoder.layer.{layer}.intermediate.dense.weight"' in table.read_text()
+    code, _, err = cli("convert", minilm, "--to", table, "--out", tmp_path / "conv")
+    assert code == 0, err
+    code, _, err = cli("convert", tmp_path / "conv", "--from", table, "--out", tmp_path / "back")
+    assert code == 0, err
+    code, out, err = cli("verify", tmp_path / "back")
+    assert code == 0 and "PASSED" in out, out + err
