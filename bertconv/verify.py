@@ -414,12 +414,9 @@ class Yours(Ours):
         return {k: v.float().cpu() for k, v in (named | wrong).items()}
 
     def _never_used(self, label: Output) -> None:
+        if label.hidden:  # compared with the state the model carries there; the diagnosis says
+            return
         names = ", ".join(sorted(self.anchors[label]))
-        if label.hidden:
-            raise CheckpointError(
-                f"--model {self.harness.spec!r}: its forward never uses {names}, which the "
-                f"table says hold the {label}'s output LayerNorm: the table is not this model's"
-            )
         note = f"{label}: your model's forward never uses {names}"
         if note not in self.notes:
             self.notes.append(note)

@@ -25,6 +25,8 @@ STYLES = {
     "style_masks.py:MaskedLMBert": None,
     "style_fused.py:FusedBert": "(B, T), 1 at the tokens",
     "style_conv.py:ConvBert": "(B, T), True at the padding",
+    "style_held.py:BufferBert": "(B, T), 1 at the tokens",
+    "style_held.py:ScriptedPoolerBert": "(B, T), 1 at the tokens",
 }
 
 

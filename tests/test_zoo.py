@@ -149,11 +149,38 @@ def test_a_pooler_without_its_tanh_fails_verify_and_is_refused_by_infer(tables, 
     assert code == 1 and "diverges at pooler" in err and "tanh" in err
 
 
+def test_a_model_skipping_a_layer_fails_at_that_layer_blamed(tables, minilm, cli):
+    """Its names are PostLNBert's, so the table is its own: layer 6 fails, the model skipping it."""
+    table = tables["not_bert.py:PostLNBert"]
+    model = spec("not_bert.py:SkipsLastLayerBert")
+    code, out, err = cli("verify", minilm, "--model", model, "--layout", table)
+    rows = {line.split()[0] + line.split()[1]: line for line in out.splitlines() if "  " in line}
+    assert code == 1 and rows["layer6"].endswith("FAIL") and rows["layer5"].endswith("ok"), out
+    assert "never uses its tensors blocks.5." in out and "skips it" in out, out
+    assert "not this model's" not in out + err
+
+
+def test_a_table_with_query_and_key_exchanged_is_blamed_not_the_model(
+    tables, minilm, cli, tmp_path
+):
+    text = tables["not_bert.py:PostLNBert"].read_text()
+    swapped = tmp_path / "swapped.toml"
+    swapped.write_text(text.replace(".q.", ".TMP.").replace(".k.", ".q.").replace(".TMP.", ".k."))
+    model = spec("not_bert.py:PostLNBert")
+    code, out, err = cli("verify", minilm, "--model", model, "--layout", swapped)
+    assert code == 1 and "The table gives blocks.0.k.weight BERT's query weights" in out, out
+    assert "Your model computes" not in out
+
+
 @pytest.mark.parametrize(
     "name, reason",
     [
         ("not_bert.py:PreLNBert", "matches embeddings and diverges at layer 1"),
         ("not_bert.py:AlibiBert", "no tensor for the position embeddings (a (29, 24) table)"),
+        ("not_bert.py:FinalNormPreLNBert", "computes the LayerNorm before the sublayer (pre-LN)"),
+        ("not_bert.py:PositionsAfterNormBert", "the position embeddings added after the LayerNorm"),
+        ("not_bert.py:TypesAfterNormBert", "the token type embeddings added after the LayerNorm"),
+        ("not_bert.py:SkipsLastLayerBert", "never uses its tensors blocks.2.fc1.bias"),
     ],
 )
 def test_what_does_not_compute_bert_is_refused_with_a_reason(name, reason, cli):

@@ -17,6 +17,7 @@ and that recomputation is its proof.
 """
 
 import math
+import os
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -24,7 +25,16 @@ import torch
 from ..mapping import Table
 from ..model import BertModel
 from ..outputs import Output
-from .steps import Step, Values, distance, embedding_steps, layer_steps, pooler_steps
+from .steps import (
+    EXCHANGED,
+    Step,
+    Values,
+    distance,
+    embedding_steps,
+    layer_steps,
+    pooler_steps,
+    prefixes,
+)
 from .trace import Trace
 
 # A step agrees where it is within this of BERT's, relative to its scale: float32 rounding of
@@ -46,6 +56,7 @@ class Diagnosis:
     cause: str | None = None
     confirmed_max_abs: float | None = None  # the step recomputed with the cause, against yours
     detail: str = ""  # what BERT does there, from config.json
+    table: bool = False  # the cause is the table's (its rows exchanged), not the model's
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -66,8 +77,9 @@ class Diagnosis:
         before = f"; {agree} {verb} (<= {worst:.1e})" if agree else ""
         first = f"{self.row}: {self.step} differs (max abs {self.max_abs:.1e}){before}.\n"
         if self.cause:
+            whose = "The table gives" if self.table else "Your model computes"
             return (
-                f"{first}Your model computes {self.cause}: this step recomputed that way from "
+                f"{first}{whose} {self.cause}: this step recomputed that way from "
                 f"your model's own values gives what it computed (max abs "
                 f"{self.confirmed_max_abs:.1e}).{self.detail}"
             )
@@ -104,11 +116,51 @@ def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=No
             )
         with torch.inference_mode():
             found = walk(str(row), steps, view.mask)
+        if found.cause == EXCHANGED:
+            found = _exchanged_rows(found, table, config)
+        if found.step is None and view.unseen:
+            found = Diagnosis(str(row), None, math.nan, cause=_unseen(view.unseen, found))
     except (RuntimeError, ValueError, IndexError, KeyError, NotImplementedError) as e:
         # A model laid out in a way no step foresaw: the failing row stands, said plainly.
         found = Diagnosis(str(row), None, math.nan, detail=f"{type(e).__name__}: {e}"[:300])
     active = None if found.cause else left_active(trace)  # no step compares: two runs differ
     return found if active is None else Diagnosis(str(row), None, math.nan, cause=active)
+
+
+def _exchanged_rows(found: Diagnosis, table: Table, config) -> Diagnosis:
+    """K Q^T is also a table mapping the model's key to BERT's query and its query to BERT's
+    key: the model's names say which (`k` given the query's weights, `q` the key's)."""
+    p = prefixes(config)
+    query, key = (sorted(table.names_for(f"{p[r]}.weight")) for r in ("query", "key"))
+    if len(query) != 1 or len(key) != 1 or query == key:
+        return found  # a fused projection: its names cannot say
+    a, b = query[0], key[0]
+    start = len(os.path.commonprefix([a, b]))
+    end = len(os.path.commonprefix([a[::-1], b[::-1]]))
+    told = a[start : len(a) - end].lower(), b[start : len(b) - end].lower()
+    if not (told[0].startswith("k") and told[1].startswith("q")):
+        return found
+    found.table = True
+    found.cause = (
+        f"{a} BERT's query weights and {b} its key's: the table's query and key rows exchanged"
+        " (as your model names them)"
+    )
+    return found
+
+
+def _unseen(names: set[str], found: Diagnosis) -> str:
+    """Why no step could be compared: the model's tensors its traced forward never reads."""
+    listed = ", ".join(sorted(names)[:6]) + (", ..." if len(names) > 6 else "")
+    if not found.agreeing:
+        return (
+            f"your model's forward never uses its tensors {listed}, which hold this output: it"
+            " skips it, so none of its steps can be compared"
+        )
+    return (
+        f"bertconv never sees your model use {listed} (left unused, or used out of the trace's"
+        " sight: a compiled extension, TorchScript loaded from a file); the steps reading them"
+        " cannot be compared, so no cause is confirmed"
+    )
 
 
 def left_active(trace: Trace) -> str | None:

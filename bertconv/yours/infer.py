@@ -31,7 +31,7 @@ from ..outputs import POOLER, Output, compared, heads
 from . import assign
 from .harness import Harness, load
 from .reading import anchors, outputs_of, read
-from .trace import Trace
+from .trace import Trace, weights
 from .units import UNUSED, layer_index, layer_pattern, units_from
 
 # Sizes that all differ, so that a tensor's shape tells what it can be.
@@ -239,7 +239,7 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     harness = load(spec, config_dict or {}, config, batch)
     run = harness.run(harness.prepare(batch))  # the model's own weights: how it uses them
     state = harness.model.state_dict()
-    params = {n for n, _ in harness.model.named_parameters(remove_duplicate=False)}
+    params = set(weights(harness.model))
     tensors = {n: t for n, t in state.items() if n in params}
     _refuse_stacked(tensors, config, spec)
     generated = generated_buffers(state, params, config)
@@ -295,6 +295,7 @@ class Search:
     generated: dict
     best: tuple[dict | None, dict | None] = (None, None)
     detached: tuple = ()  # heads of the pooled output in a model with no pooler: its own
+    foreign: tuple = ()  # (its tensors no part of BERT fits, why): held as its own meanwhile
 
     def run(self) -> Inference:
         embeddings = list(assign.global_choices(self.user))
@@ -311,9 +312,9 @@ class Search:
                 heads[0].units.pop(r) for r in assign.SEQUENCE if r in heads[0].units
             )
         parts = {"embeddings": embeddings, "layers": layers, "pooler": poolers, "heads": heads}
-        uncovered = self._uncovered({p: options[0] for p, options in parts.items()})
-        if uncovered:
-            return Inference(None, {}, 0, uncovered)
+        # A refusal names the closest deviation: tensors no part fits (a pre-LN model's final
+        # LayerNorm) are held as the model's own while the closest candidate is taken apart.
+        self.foreign = self._uncovered({p: options[0] for p, options in parts.items()})
         roles = self.user.roles.units
         groups = frozenset(roles[r][1] for p in (poolers, heads) for r in p[0].units)
         first = self._raw({p: options[0] for p, options in parts.items()})
@@ -336,6 +337,8 @@ class Search:
                 if _failing_part(found) != part and closeness(found) > closeness(distances):
                     current, distances = trial, found
                     break
+        if _failing_part(distances) is None and self.foreign:
+            return Inference(None, {}, self.probe.trials, self.foreign[1])
         if _failing_part(distances) is None:
             raw = self._raw(current)
             text = assign.table_text(raw, self.spec, self._notes(current))
@@ -375,8 +378,8 @@ class Search:
         names = [self.user.patterns[n] for u in own for n in (u.weight, u.bias) if n]
         return list(dict.fromkeys(names))
 
-    def _uncovered(self, chosen: dict) -> str | None:
-        """Why no table can hold the model: tensors no part of BERT fits."""
+    def _uncovered(self, chosen: dict) -> tuple:
+        """The tensors no part of BERT fits, and why no table can hold the model; () if none."""
         raw = self._raw(chosen)
         parts = (raw[ENCODER], raw.get("tied", {}), raw.get("own", []))
         parts += tuple(raw.get("groups", {}).values())
@@ -384,8 +387,8 @@ class Search:
         named = {n.replace("{layer}", str(i)) for part in parts for n in part for i in layers}
         left = [n for n in self.user.patterns if n not in named]
         if not left:
-            return None
-        return (
+            return ()
+        return tuple(left), (
             "no part of BERT fits its tensors "
             f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}: BERT's encoder, pooler and "
             "heads have no such tensor (another architecture, a part BERT lacks, or a head of the "
@@ -413,6 +416,8 @@ class Search:
             f"{none}: the closest matches {_listed(labels[:done])} and diverges at "
             f"{at or 'the end'} (max abs {error:.3g} against bertconv's {self.probe.model_class})"
         )
+        if self.foreign:  # said first: what the closest candidate held as the model's own
+            why = f"{self.foreign[1]}; held as its own, {why[len(none) + 2 :]}"
         if found is not None and (found.step or found.cause) is not None:
             return f"{why}.\n{found.message()}"
         why += ". Its tensors have BERT's shapes but it computes something else there: "

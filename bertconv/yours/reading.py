@@ -86,12 +86,14 @@ def outputs_of(
 ) -> tuple[dict[Output, torch.Tensor], list[Output]]:
     """The compared outputs of a traced forward: hidden states and the pooler at their anchors,
     and each head's outputs as the rows `heads` names; and the anchors its forward never used."""
-    named, unused = {}, []
+    named, unused, state = {}, [], None
     for label, value in read(run, found).items():
         if value is None:
             unused.append(label)
+            if label.hidden and state is not None:  # a layer skipped: the state it carries on
+                named[label] = state
         elif label.hidden or label == POOLER:
-            named[label] = value
+            named[label] = state = value
         else:
             named |= head_rows(label.kind, value, heads, run.batch["attention_mask"])
     return named, unused

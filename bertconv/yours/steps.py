@@ -22,6 +22,7 @@ from .trace import Trace, tensors_in
 
 EPS = (1e-5, 1e-6, 1e-7, 1e-8, 1e-3)
 PRE_LN = "the LayerNorm before the sublayer (pre-LN), not after it"
+EXCHANGED = "the query and the key exchanged (K Q^T, not Q K^T)"
 # The activations config.json can name, as a diagnosis says them (model.activation computes them)
 NAMED = {
     "gelu": 'the exact (erf) GELU ("gelu")',
@@ -99,6 +100,7 @@ class Values:
     def __init__(self, trace: Trace, table: Table, pooled: torch.Tensor | None = None):
         self.trace, self.table, self.pooled = trace, table, pooled
         self.mask = trace.inputs["attention_mask"]
+        self.unseen: set[str] = set()  # the table's names no call of the trace reads
 
     def names(self, prefix: str) -> set[str]:
         return {n for part in ("weight", "bias") for n in self.table.names_for(f"{prefix}.{part}")}
@@ -106,7 +108,9 @@ class Values:
     def _call(self, prefix: str, last: bool = True):
         names = self.names(prefix)
         uses = self.trace.uses(names)
-        if not uses:
+        unseen = names - set().union(*(call.param_names for call in uses))
+        self.unseen |= unseen
+        if not uses or unseen:  # a part of the step out of the trace's sight: not told apart
             return None
         call = uses[-1] if last else uses[0]
         fused = {h.name for h in self.table.holders.get(f"{prefix}.weight", ()) if h.parts > 1}
@@ -219,8 +223,18 @@ def embedding_steps(view: Values, model: BertModel, config: BertConfig) -> Itera
     with emb.LayerNorm.register_forward_pre_hook(lambda _m, args: read.append(args[0])):
         summed()
     deviations |= norm_deviations(read[0], emb.LayerNorm, config)
-    name = "the embeddings' sum and its LayerNorm"
-    yield Step(name, view.output(p["embeddings norm"]), summed(), deviations)
+    # What the first layer reads shows an embedding added after the LayerNorm, which the
+    # LayerNorm's own output does not.
+    deviations["the token type embeddings added after the LayerNorm"] = lambda: (
+        summed(t=0 * typ) + typ
+    )
+    if not config.relative:
+        deviations["the position embeddings added after the LayerNorm"] = lambda: (
+            summed(positions=0 * table[:T]) + table[:T]
+        )
+    yours = view.input(p["query"])
+    yours = view.output(p["embeddings norm"]) if yours is None else yours
+    yield Step("the embeddings' sum and its LayerNorm", yours, summed(), deviations)
 
 
 def layer_steps(view: Values, model: BertModel, config: BertConfig, index: int) -> Iterator[Step]:
@@ -364,7 +378,7 @@ def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig)
         "the heads split in the other order (head size, heads), not (heads, head size)": dict(
             split="size"
         ),
-        "the query and the key exchanged (K Q^T, not Q K^T)": dict(swap=True),
+        EXCHANGED: dict(swap=True),
     }
     return {cause: lambda how=how: attend(sa, own, mask, **how) for cause, how in ways.items()}
 

@@ -68,9 +68,8 @@ class Trace(TorchFunctionMode):
         super().__init__()
         self.model, self.inputs = model, inputs
         self.calls: list[Call] = []
-        # Each parameter by its first name: a tied weight is one parameter under two names.
-        named = list(model.named_parameters(remove_duplicate=False))
-        self.names = {id(p): name for name, p in reversed(named)}
+        # Each weight by its first name: a tied weight is one parameter under two names.
+        self.names = {id(p): name for name, p in reversed(weights(model).items())}
         self._origin: dict[int, Origin] = {}
         self._sources = {id(t): frozenset({name}) for name, t in self.inputs.items()}
         self._producer: dict[int, int] = {}
@@ -193,3 +192,12 @@ def _replace(value, old: torch.Tensor, new: torch.Tensor):
     if type(value) in (tuple, list):
         return type(value)(new if v is old else v for v in value)
     return value
+
+
+def weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights by name, tied ones under each name: its parameters, and the floating
+    buffers it saves (weights some models hold as buffers)."""
+    named = dict(model.named_parameters(remove_duplicate=False))
+    saved = model.state_dict(keep_vars=True)
+    buffers = model.named_buffers(remove_duplicate=False)
+    return named | {n: b for n, b in buffers if n in saved and b.is_floating_point()}

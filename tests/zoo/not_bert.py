@@ -104,3 +104,43 @@ class AlibiBert(nn.Module):
         for block in self.blocks:
             x = block(x, attention_mask, bias)
         return x
+
+
+class FinalNormPreLNBert(PreLNBert):
+    """Pre-LN as GPT-2 and most "BERT-like" pre-LN code ends it: a final LayerNorm no part of
+    BERT has."""
+
+    def __init__(self, c):
+        super().__init__(c)
+        self.final_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        x, _ = super().forward(input_ids, attention_mask, token_type_ids)
+        x = self.final_norm(x)
+        return x, self.pooled(x)
+
+
+class PositionsAfterNormBert(PostLNBert):
+    """The positions added to the embeddings after their LayerNorm."""
+
+    def embed(self, ids, types):
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return self.ln(self.tok(ids) + self.typ(types)) + self.pos(positions)
+
+
+class TypesAfterNormBert(PostLNBert):
+    """The segments added after the LayerNorm, as some pair classifiers do."""
+
+    def embed(self, ids, types):
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return self.ln(self.tok(ids) + self.pos(positions)) + self.typ(types)
+
+
+class SkipsLastLayerBert(PostLNBert):
+    """An off-by-one in its loop: the last layer is built and loaded, never run."""
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        x = self.embed(input_ids, token_type_ids)
+        for i in range(len(self.blocks) - 1):
+            x = self.blocks[i](x, attention_mask)
+        return x, self.pooled(x)
