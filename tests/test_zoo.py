@@ -180,6 +180,7 @@ def test_a_table_with_query_and_key_exchanged_is_blamed_not_the_model(
         ("not_bert.py:FinalNormPreLNBert", "computes the LayerNorm before the sublayer (pre-LN)"),
         ("not_bert.py:PositionsAfterNormBert", "the position embeddings added after the LayerNorm"),
         ("not_bert.py:TypesAfterNormBert", "the token type embeddings added after the LayerNorm"),
+        ("not_bert.py:LooseEpsMaskedLMBert", "computes LayerNorm eps 1e-05"),
         ("not_bert.py:SkipsLastLayerBert", "never uses its tensors blocks.2.fc1.bias"),
     ],
 )

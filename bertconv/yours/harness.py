@@ -35,7 +35,7 @@ SPELLINGS = {
     "input_ids": ("input_ids", "ids", "input", "inputs", "x", "tokens", "token_ids", "src",
                   "input_seq", "seq", "sequence", "text", "idx", "words", "word_ids", "sents"),
     "attention_mask": ("attention_mask", "mask", "attn_mask", "input_mask", "attention_masks",
-                       "masks", "src_mask", "pad_attn_mask", "am"),
+                       "masks", "src_mask", "pad_attn_mask", "am", "keep", "valid_mask"),
     "token_type_ids": ("token_type_ids", "segment_ids", "token_type", "token_types",
                        "segment_label", "segment_info", "segments", "segment", "seg_ids", "seg",
                        "segs", "type_ids", "tk_type_ids", "tt", "token_type_id", "segment_id"),
@@ -345,7 +345,7 @@ class Plan:
 def plan(model: nn.Module, spec: str) -> Plan:
     """Which parameter of the user's forward takes each input: by name (the spellings above, or
     the words of a name), then by elimination: one required parameter left after the ids and
-    the mask is the token types. Raises, showing the signature, where a required parameter is
+    the mask is the token types (after the token types, the mask). Raises, showing the signature, where a required parameter is
     left that bertconv cannot give."""
     try:
         signature = inspect.signature(model.forward)
@@ -362,8 +362,9 @@ def plan(model: nn.Module, spec: str) -> Plan:
             return Plan({"input_ids": "input_ids"}, keywords=False)
         found[first] = "input_ids"
     required = [p.name for p in named if p.default is p.empty and p.name not in found]
-    if len(required) == 1 and "token_type_ids" not in found.values():
-        found[required.pop()] = "token_type_ids"
+    left = [k for k in ("token_type_ids", "attention_mask") if k not in found.values()]
+    if len(required) == 1 and left:
+        found[required.pop()] = left[0]
     if required:
         raise UsageError(
             f"--model {spec!r}: forward{signature} needs {', '.join(map(repr, required))}, which "

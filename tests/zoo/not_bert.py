@@ -144,3 +144,24 @@ class SkipsLastLayerBert(PostLNBert):
         for i in range(len(self.blocks) - 1):
             x = self.blocks[i](x, attention_mask)
         return x, self.pooled(x)
+
+
+class LooseEpsMaskedLMBert(PostLNBert):
+    """PyTorch's default eps (1e-5) everywhere, and a masked-LM head in place of the pooler
+    (BertForMaskedLM's shape): the eps, not the head's biases, is what differs."""
+
+    def __init__(self, c):
+        c.layer_norm_eps = 1e-5
+        super().__init__(c)
+        del self.pool
+        h = c.hidden_size
+        self.transform = nn.Linear(h, h)
+        self.transform_ln = nn.LayerNorm(h)
+        self.decoder = nn.Linear(h, c.vocab_size)
+        self.decoder.weight = self.tok.weight
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        x = self.embed(input_ids, token_type_ids)
+        for block in self.blocks:
+            x = block(x, attention_mask)
+        return x, self.decoder(self.transform_ln(F.gelu(self.transform(x))))
