@@ -90,14 +90,17 @@ def test_a_conv1d_projection_is_converted_into_and_back(minilm, tmp_path, cli):
     assert code == 0 and "PASSED" in out, out + err
 
 
+IDS, TYPES, MASK = "input_ids", "token_type_ids", "attention_mask"
+
+
 @pytest.mark.parametrize(
     "signature, expected",
     [
-        ("ids, segs, keep", {"ids": "input_ids", "segs": "token_type_ids", "keep": "attention_mask"}),
-        ("ids, segment_ids, m", {"ids": "input_ids", "segment_ids": "token_type_ids", "m": "attention_mask"}),
-        ("x, y", {"x": "input_ids", "y": "token_type_ids"}),
+        ("ids, segs, keep", {"ids": IDS, "segs": TYPES, "keep": MASK}),
+        ("ids, segment_ids, m", {"ids": IDS, "segment_ids": TYPES, "m": MASK}),
+        ("x, y", {"x": IDS, "y": TYPES}),
     ],
-)  # fmt: skip
+)
 def test_a_parameter_left_after_the_ids_and_token_types_is_the_mask(signature, expected):
     namespace = {}
     exec(f"def forward(self, {signature}): pass", namespace)
