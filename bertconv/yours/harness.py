@@ -345,8 +345,8 @@ class Plan:
 def plan(model: nn.Module, spec: str) -> Plan:
     """Which parameter of the user's forward takes each input: by name (the spellings above, or
     the words of a name), then by elimination: one required parameter left after the ids and
-    the mask is the token types (after the token types, the mask). Raises, showing the signature, where a required parameter is
-    left that bertconv cannot give."""
+    the mask is the token types (after the ids and the token types, the mask). Raises, showing
+    the signature, where a required parameter is left that bertconv cannot give."""
     try:
         signature = inspect.signature(model.forward)
     except (TypeError, ValueError):
