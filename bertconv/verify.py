@@ -439,7 +439,7 @@ def _diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnos
         run = harness.run(batch)
         pooled = read(run, found_anchors).get(POOLER) if row == POOLER else None
         with shipped():  # the model ran with its patches of torch; BERT is recomputed without
-            found = diagnose(run.trace, table, bert, row, pooled)
+            found = diagnose(run.trace, table, bert, row, pooled, harness.varies(run))
         if found is None or found.step is not None:
             return found
     return found

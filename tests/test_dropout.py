@@ -40,3 +40,11 @@ def test_infer_refuses_a_dropout_left_active_naming_it(tmp_path, minilm, cli):
     code, said, err = cli("infer", model, "--config", minilm / "config.json", "--out", out)
     assert code == 1 and not out.exists(), said + err
     assert NAMED in err and "Traceback" not in err, err
+
+
+def test_noise_of_the_models_own_fails_verify_as_outputs_that_differ(table, minilm, cli):
+    model = f"{MODEL}:NoisyBert"
+    code, out, err = cli("verify", minilm, "--model", model, "--layout", table)
+    assert code == 1 and "PASSED" not in out, out + err
+    assert "outputs that differ between two forwards of the same batch" in out, out
+    assert "confirmed" not in out and "Your model computes" not in out, out

@@ -99,11 +99,12 @@ def _together(names: list[str]) -> str:
     return ", ".join(names)
 
 
-def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=None):
+def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=None, varies=False):
     """Take the failing output `row` apart, in a traced forward (`trace`) of a model holding
     BERT's weights through `table` (`pooled`: its pooled output, as verify read it), each step
     recomputed by `bert`, bertconv's model holding the same weights (in float32, on the CPU).
-    None where the row is not one bertconv looks inside (a head's)."""
+    `varies`: a second forward of the same batch gave other outputs. None where the row is not
+    one bertconv looks inside (a head's)."""
     if row.kind not in ("embeddings", "layer", "pooler"):
         return None
     view, config = Values(trace, table, pooled), bert.config
@@ -123,8 +124,9 @@ def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=No
     except (RuntimeError, ValueError, IndexError, KeyError, NotImplementedError) as e:
         # A model laid out in a way no step foresaw: the failing row stands, said plainly.
         found = Diagnosis(str(row), None, math.nan, detail=f"{type(e).__name__}: {e}"[:300])
-    active = None if found.cause else left_active(trace)  # no step compares: two runs differ
-    return found if active is None else Diagnosis(str(row), None, math.nan, cause=active)
+    if found.cause or not varies:
+        return found
+    return Diagnosis(str(row), None, math.nan, cause=left_active(trace))
 
 
 def _exchanged_rows(found: Diagnosis, table: Table, config) -> Diagnosis:
@@ -163,9 +165,10 @@ def _unseen(names: set[str], found: Diagnosis) -> str:
     )
 
 
-def left_active(trace: Trace) -> str | None:
-    """A dropout its forward leaves active (`F.dropout(x, p, training=True)`, a Bernoulli mask),
-    named after the module whose parameters were read last before it: no step can compare."""
+def left_active(trace: Trace) -> str:
+    """Why two forwards of one batch differ: a dropout its forward leaves active (`F.dropout(x,
+    p, training=True)`, a Bernoulli mask), named after the module whose parameters were read
+    last before it; or another random draw. No step can be compared."""
     last = "the embeddings"
     for call in trace.calls:
         p = call.kwargs.get("p", call.args[1] if len(call.args) > 1 else 0.5)
@@ -176,7 +179,11 @@ def left_active(trace: Trace) -> str | None:
                 "runs of the same batch differ, so no step of it can be compared with BERT's"
             )
         last = min(call.param_names, default=f"{last}.").rpartition(".")[0] or last
-    return None
+    return (
+        "outputs that differ between two forwards of the same batch (a random draw in its "
+        "forward: noise, or a dropout of its own in training mode), so no step of it can be "
+        "compared with BERT's"
+    )
 
 
 def walk(row: str, steps, mask: torch.Tensor) -> Diagnosis:

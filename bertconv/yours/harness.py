@@ -453,6 +453,13 @@ class Harness:
         args = {theirs: values[ours]() for theirs, ours in self.plan.arguments.items()}
         return self.model(**args) if self.plan.keywords else self.model(*args.values())
 
+    def varies(self, run: Run) -> bool:
+        """Does a second forward of the run's batch give other outputs (a dropout left on)?"""
+        with torch.inference_mode(), guarded(self.spec, "running its forward"):
+            again = self.call(run.batch)
+        pairs = zip(tensors_in(run.output), tensors_in(again), strict=False)
+        return any(a.shape != b.shape or not torch.equal(a, b) for a, b in pairs)
+
     def run(self, batch: dict[str, torch.Tensor], guard: bool = True) -> Run:
         """A traced forward on a prepared batch. The user's code raising is theirs (guard), or,
         where a candidate table may break it, the caller's to handle."""

@@ -137,7 +137,7 @@ class Probe:
 
         run, table, found = self.traced(raw)
         pooled = read(run, found).get(POOLER) if row == POOLER else None
-        return diagnose(run.trace, table, self.reference, row, pooled)
+        return diagnose(run.trace, table, self.reference, row, pooled, self.harness.varies(run))
 
 
 def random_weights(official: dict, places: dict) -> dict[str, torch.Tensor]:

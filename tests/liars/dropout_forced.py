@@ -58,3 +58,17 @@ class EvalBert(nn.Module):
 
 class ForcedDropoutBert(EvalBert):
     forced = True
+
+
+class NoisyBert(EvalBert):
+    """Noise of its own making added to the embeddings (a regulariser left on): no dropout
+    call to find, but two runs of one batch still differ."""
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        where = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        h = self.norm(self.word(input_ids) + self.position(where) + self.segment(token_type_ids))
+        h = h + 0.01 * torch.randn_like(h)
+        pad = (1.0 - attention_mask[:, None, None, :].float()) * -10000.0
+        for layer in self.layers:
+            h = layer(h, pad)
+        return h, torch.tanh(self.pooler(h[:, 0]))
