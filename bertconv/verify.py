@@ -438,8 +438,9 @@ def _diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnos
             return None
         run = harness.run(batch)
         pooled = read(run, found_anchors).get(POOLER) if row == POOLER else None
+        varies = harness.varies(run)  # as it ran: with its patches of torch
         with shipped():  # the model ran with its patches of torch; BERT is recomputed without
-            found = diagnose(run.trace, table, bert, row, pooled, harness.varies(run))
+            found = diagnose(run.trace, table, bert, row, pooled, varies)
         if found is None or found.step is not None:
             return found
     return found

@@ -27,6 +27,7 @@ STYLES = {
     "style_conv.py:ConvBert": "(B, T), True at the padding",
     "style_held.py:BufferBert": "(B, T), 1 at the tokens",
     "style_held.py:ScriptedPoolerBert": "(B, T), 1 at the tokens",
+    "style_pretraining.py:PretrainingBert": None,
 }
 
 
@@ -106,3 +107,17 @@ def test_a_parameter_left_after_the_ids_and_token_types_is_the_mask(signature, e
     exec(f"def forward(self, {signature}): pass", namespace)
     model = type("Model", (torch.nn.Module,), {"forward": namespace["forward"]})()
     assert harness.plan(model, "model.py:Model").arguments == expected
+
+
+def test_a_classifier_beside_a_masked_lm_head_is_next_sentence_prediction(
+    checkpoints, tmp_path, cli
+):
+    """No class has a masked-LM head and a sequence classifier: the `classifier` is NSP, and on a
+    pre-training checkpoint both heads are loaded and compared."""
+    name, table = ZOO / "style_pretraining.py:PretrainingBert", tmp_path / "table.toml"
+    pretraining = checkpoints["pretraining"]
+    code, _, err = cli("infer", name, "--config", pretraining / "config.json", "--out", table)
+    assert code == 0 and '"classifier.weight" = "cls.seq_relationship.weight"' in table.read_text()
+    code, out, err = cli("verify", pretraining, "--model", name, "--layout", table)
+    assert code == 0 and "PASSED" in out, out + err
+    assert "mlm logits" in out and "nsp logits" in out, out

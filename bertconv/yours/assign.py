@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
 
-from ..catalog import ENCODER, architecture
+from ..catalog import ENCODER, architecture, classes
 from ..config import BertConfig
 from .units import UNUSED, Unit, split_role, words
 
@@ -236,11 +236,17 @@ def pooler_choices(model: Model, taken: set[int]) -> list[Assignment]:
     return [Assignment({"pooler": u}, {"pooler": t}) for u in free for t in fits(u, h, h)]
 
 
-def sequence_role(unit: Unit, model: Model) -> str | None:
-    """The head read once per sequence a unit is: the one config.json's `architectures` names,
-    else the one its name says; never the one its width suggests (None where neither says)."""
-    h = model.config.hidden_size
+def sequence_role(unit: Unit, model: Model, beside: set[str]) -> str | None:
+    """The head read once per sequence a unit is: the only one a class holds beside the heads
+    placed (`beside`: next sentence prediction beside a masked-LM head), else the one
+    config.json's `architectures` names, else the one its name says; never the one its width
+    suggests (None where nothing says)."""
+    h, held = model.config.hidden_size, classes(model.config.model_type).values()
     fitting = [r for r, width in SEQUENCE.items() if fits(unit, width(model.config), h)]
+    group = {r: model.roles.units[r][1] for r in fitting}
+    fitting = [r for r in fitting if any(beside | {group[r]} <= set(g) for g in held)]
+    if beside and len(fitting) == 1:
+        return fitting[0]
     declared = {r: 9 * (model.roles.units[r][1] in model.declared) for r in fitting}  # first
     hints = {r: declared[r] + _hint(unit, r, model.roles) for r in fitting}
     named = [r for r in fitting if hints[r] > sum(hints.values()) / 2]
@@ -277,8 +283,9 @@ def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
             model.tied.setdefault(decoder.weight, word.weight)
     else:
         units.pop("mlm transform", None), units.pop("mlm norm", None)
+    beside = {model.roles.units[r][1] for r in units}
     for unit in (u for u in free if not u.per_token):
-        if role := sequence_role(unit, model):
+        if role := sequence_role(unit, model, beside):
             pick(role, [(unit, t) for t in fits(unit, SEQUENCE[role](c), h)], False)
     pick("token classifier", [(u, t) for u in free for t in fits(u, c.num_labels, h)], True)
     pick("qa", [(u, t) for u in free for t in fits(u, 2, h)], True)

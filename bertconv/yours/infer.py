@@ -318,7 +318,11 @@ class Search:
         roles = self.user.roles.units
         groups = frozenset(roles[r][1] for p in (poolers, heads) for r in p[0].units)
         first = self._raw({p: options[0] for p, options in parts.items()})
-        self.probe = Probe(self.harness, self.config, groups, first)
+        try:
+            self.probe = Probe(self.harness, self.config, groups, first)
+        except ValueError:  # as the catalog's classes say
+            held = ", ".join(sorted(groups - {"pooler"}))
+            return Inference(None, {}, 0, f"its heads ({held}) together make no class of BERT's")
         return self._search(parts)
 
     def _search(self, parts: dict) -> Inference:
