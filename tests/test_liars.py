@@ -59,3 +59,11 @@ def test_a_model_patching_torch_never_passes(table, minilm):
     program = "import sys; from bertconv.cli import run; sys.exit(run(sys.argv[1:]))"
     done = subprocess.run([sys.executable, "-c", program, *command], capture_output=True, text=True)
     assert done.returncode == 1 and "PASSED" not in done.stdout, done.stdout + done.stderr
+
+
+def test_a_hidden_state_computed_out_of_sight_fails_said_so(table, minilm, cli):
+    model = f"{LIARS / 'returns.py'}:NormOutOfSight"
+    code, out, err = cli("verify", minilm, "--model", model, "--layout", table)
+    assert code == 1 and "PASSED" not in out, out + err
+    assert next(line for line in out.splitlines() if line.startswith("embeddings")).endswith("FAIL")
+    assert "bertconv never sees your model use ln.bias, ln.weight" in out, out

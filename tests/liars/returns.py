@@ -91,3 +91,18 @@ class ReturnsRandomPooled(Bert):
     def forward(self, input_ids, attention_mask, token_type_ids):
         states, pooled = self.states(input_ids, attention_mask, token_type_ids)
         return states[-1], torch.rand_like(pooled)
+
+
+class NormOutOfSight(Bert):
+    """The embeddings' LayerNorm computed in numpy, where the trace cannot see it: the
+    embeddings' output is never seen computed, so it cannot pass."""
+
+    def states(self, input_ids, attention_mask, token_type_ids):
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = (self.tok(input_ids) + self.pos(positions) + self.seg(token_type_ids)).numpy()
+        normed = (x - x.mean(-1, keepdims=True)) / (x.var(-1, keepdims=True) + self.ln.eps) ** 0.5
+        gamma, beta = self.ln.weight.detach().numpy(), self.ln.bias.detach().numpy()
+        states = [torch.from_numpy(normed * gamma + beta)]
+        for block in self.blocks:
+            states.append(block(states[-1], attention_mask))
+        return states, torch.tanh(self.pool(states[-1][:, 0]))
