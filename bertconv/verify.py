@@ -350,8 +350,10 @@ class Ours:
         """The compared outputs over all batches, in float32 on the CPU."""
         self.model.to(device=device, dtype=dtype)
         per_batch = [self.outputs({k: v.to(device) for k, v in b.items()}) for b in batches]
-        every = [k for k in per_batch[0] if all(k in p for p in per_batch)]  # not cached away
-        return {k: torch.cat([p[k] for p in per_batch]) for k in every}
+        keys = dict.fromkeys(k for p in per_batch for k in p)  # missing from a batch: fails
+        every = {k: all(k in p for p in per_batch) for k in keys}
+        nan = torch.tensor(math.nan)
+        return {k: torch.cat([p[k] for p in per_batch]) if every[k] else nan for k in keys}
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
         return compared(self.model, batch, self.heads)
