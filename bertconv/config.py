@@ -23,6 +23,18 @@ ONLY_VALUE = {
     "add_cross_attention": False,
 }
 POSITIONS = ("absolute", "relative_key", "relative_key_query")
+# Model types of BERT's kin whose arithmetic is not BERT's, each with why (config.json's
+# model_type, as transformers writes it).
+NOT_BERT = {
+    "albert": "its layers share one set of weights, and its embeddings are projected up",
+    "mpnet": "its attention adds a relative position bias of its own",
+    "deberta": "its attention is disentangled (content and position apart)",
+    "deberta-v2": "its attention is disentangled (content and position apart)",
+    "modernbert": "rotary positions, gated feed-forwards and LayerNorms before each sublayer",
+    "xlnet": "a permutation language model with two attention streams",
+    "longformer": "sliding-window attention with global tokens",
+    "funnel": "it pools the sequence between its blocks",
+}
 
 # The size fields, each at least 1 and at most a bound far above any BERT's, so that a hostile
 # config.json cannot have bertconv build a billion layers' worth of names.
@@ -90,7 +102,11 @@ class BertConfig:
 
         if "model_type" in d and d["model_type"] not in model_types():
             known = " or ".join(map(repr, model_types()))
-            problems.append(f"model_type={d['model_type']!r} is not supported (only {known})")
+            why = NOT_BERT.get(d["model_type"]) if isinstance(d["model_type"], str) else None
+            problems.append(
+                f"model_type={d['model_type']!r} is not supported (only {known})"
+                + (f": {why}" if why else "")
+            )
         known = {f.name for f in fields(cls)}
         # pad_token_id and classifier_dropout may be null: their defaults then serve.
         given = {k: v for k, v in d.items() if k in known and (v is not None or k in SIZES)}

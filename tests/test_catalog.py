@@ -66,3 +66,17 @@ def test_a_catalog_names_its_own_model_type(architectures):
 def test_google_bert_config_without_model_type_is_bert():
     config = bertconv.BertConfig.from_dict({"hidden_size": 64, "num_attention_heads": 4})
     assert config.model_type == "bert"
+
+
+@pytest.mark.parametrize("model_type", ["albert", "mpnet", "deberta-v2", "modernbert"])
+@pytest.mark.parametrize("command", ["inspect", "convert", "verify"])
+def test_kin_that_is_not_bert_is_refused_quoting_its_type_and_why(
+    model_type, command, checkpoints, tmp_path, cli
+):
+    from bertconv.config import NOT_BERT
+
+    source, out = _with_type(checkpoints["base"], tmp_path, model_type), tmp_path / "out"
+    args = {"convert": ["--to", "bertconv", "--out", out], "verify": ["--device", "cpu"]}
+    code, said, err = cli(command, source, *args.get(command, []))
+    assert code == 4 and f"model_type={model_type!r}" in err and NOT_BERT[model_type] in err, err
+    assert not out.exists() and "Traceback" not in err
