@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import files, formats, storage
+from . import catalog, files, formats, storage
 from .checkpoint import (
     HEADS_KEY,
     LAYOUT_KEY,
@@ -236,7 +236,7 @@ def build(conversion: Conversion, config):
 
     from . import model as models
 
-    cls = getattr(models, conversion.model_class)
+    cls = getattr(models, catalog.implementation(conversion.model_class, config.model_type))
     with torch.device("meta"), _skip_init():  # every parameter comes from the file
         model = cls(config, pooler="pooler" in conversion.groups)
     maps = {}
@@ -278,6 +278,7 @@ class Inspection:
     tensors: int
     unplaced: list[str]  # names no row, alias or buffer of the layout accounts for
     problems: str | None  # why the checkpoint would not convert, if it would not
+    model_type: str = "bert"  # config.json's, which picks the architecture's catalog
 
 
 SUMMARY = (
@@ -326,6 +327,7 @@ def inspect(
         len(ckpt.state_dict),
         [n for n in ckpt.state_dict if n not in found.placed],
         problems,
+        ckpt.config.model_type if ckpt.config else "bert",
     )
 
 

@@ -26,6 +26,10 @@ MAX_DIM = 1 << 24
 DERIVED = ("attention_head_size", "relative_distances")  # sizes BertConfig computes
 KEYS = {"model_type": str, "config_class": str, ENCODER: dict, RELATIVE: dict,
         "groups": dict, "classes": dict, "anchors": dict, "units": dict}  # fmt: skip
+# Optional: other model types of the same architecture ({model_type: the prefix of its
+# transformers classes}), and how positions are numbered where not BERT's way (from 0).
+OPTIONAL = {"serves": dict, "positions": str}
+AFTER_PAD = "after the pad id"  # RoBERTa's: real tokens counted from pad_token_id + 1
 
 
 def model_types() -> list[str]:
@@ -39,10 +43,19 @@ def _registry() -> dict[str, Path]:
     a model type claimed twice is refused."""
     found: dict[str, Path] = {}
     for path in sorted(ARCHITECTURES.glob("*.toml")):
-        if path.stem in found:
-            raise TableError(f"{path}: model_type {path.stem!r} has a catalog already")
-        found[path.stem] = path
+        for model_type in (path.stem, *_served(path)):
+            if model_type in found:
+                raise TableError(f"{path}: model_type {model_type!r} has a catalog already")
+            found[model_type] = path
     return found
+
+
+def _served(path: Path) -> dict:
+    from .files import open_regular
+
+    with open_regular(path) as f:
+        served = tomllib.loads(f.read().decode("utf-8")).get("serves", {})
+    return served if isinstance(served, dict) else {}
 
 
 @cache
@@ -61,8 +74,12 @@ def architecture(model_type: str) -> dict:
         catalog = tomllib.loads(f.read().decode("utf-8"))
     problems = [(k, "missing, or not of its type") for k, kind in KEYS.items()
                 if not isinstance(catalog.get(k), kind)]  # fmt: skip
-    if not problems and catalog["model_type"] != model_type:
+    problems += [(k, "not of its type") for k, kind in OPTIONAL.items()
+                 if k in catalog and not isinstance(catalog[k], kind)]  # fmt: skip
+    if not problems and catalog["model_type"] != path.stem:
         problems = [("model_type", f"{catalog['model_type']!r}, but the file is {path.name}")]
+    if not problems and model_type != path.stem:  # another type of the same architecture
+        catalog = _renamed(catalog, model_type)
     if not problems:
         groups = set(catalog["groups"])
         problems = shape_problems(catalog, "an architecture's")
@@ -73,6 +90,35 @@ def architecture(model_type: str) -> dict:
         lines = [f"  {key}: {problem}" for key, problem in problems[:LISTED]]
         raise TableError(f"{path}: not a valid architecture:\n" + "\n".join(lines))
     return catalog
+
+
+def _renamed(catalog: dict, model_type: str) -> dict:
+    """The catalog as `model_type`'s: its classes (and config class) under that type's prefix."""
+    base = catalog["config_class"].removesuffix("Config")
+    prefix = catalog["serves"][model_type]
+    classes = {name.replace(base, prefix, 1): spec for name, spec in catalog["classes"].items()}
+    config_class = prefix + "Config"
+    return catalog | {"model_type": model_type, "config_class": config_class, "classes": classes}
+
+
+def family(model_type: str) -> str:
+    """The model type whose catalog `model_type` is read with (roberta for xlm-roberta)."""
+    architecture(model_type)  # refused, naming those there are, where there is none
+    return _registry()[model_type].stem
+
+
+def implementation(model_class: str, model_type: str) -> str:
+    """bertconv's class that computes transformers' `model_class` (its own name, for BERT's)."""
+    return architecture(model_type)["classes"][model_class].get("bertconv", model_class)
+
+
+def base_class(model_type: str) -> str:
+    """transformers' class of the encoder alone (BertModel, RobertaModel, ...)."""
+    return next(c for c in classes(model_type) if implementation(c, model_type) == "BertModel")
+
+
+def numbers_positions_after_pad(model_type: str) -> bool:
+    return architecture(model_type).get("positions") == AFTER_PAD
 
 
 def sections(table: dict) -> list[tuple[str, dict]]:

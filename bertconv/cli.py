@@ -291,6 +291,7 @@ def _config_line(found) -> str:
 def format_inspection(found) -> str:
     lines = [
         found.source,
+        f"  type        {found.model_type}",
         f"  layout      {found.layout} ({found.layout_found})",
         f"  class       {found.model_class or '-'} (groups: {', '.join(found.groups) or 'none'})",
         f"  config      {_config_line(found)}",

@@ -211,7 +211,7 @@ def _identify(
                 f"(the heads {', '.join(found.held)} together make no BERT class transformers "
                 "writes)"
             )
-        return "BertModel", frozenset()
+        return catalog.base_class(config.model_type), frozenset()
     return found.model_class, found.groups
 
 

@@ -127,6 +127,33 @@ class BertForSequenceClassification(BertModel):
         return LogitsOutput(**vars(out), logits=self.classifier(self.dropout(out.pooler_output)))
 
 
+class ClassificationHead(nn.Module):
+    """RoBERTa's: the pooler's arithmetic, tanh(dense(h_<s>)), inside the head, then out_proj."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = classifier_dropout(config)
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        pooled = torch.tanh(self.dense(self.dropout(hidden[:, 0])))
+        return self.out_proj(self.dropout(pooled))
+
+
+class FirstTokenClassification(BertModel):
+    """A label per sequence, from the first token's hidden state through a head of its own
+    (RobertaForSequenceClassification's): no pooler."""
+
+    def __init__(self, config: BertConfig, pooler: bool | None = None):
+        super().__init__(config, pooler)
+        self.classifier = ClassificationHead(config)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        return LogitsOutput(**vars(out), logits=self.classifier(out.last_hidden_state))
+
+
 class BertForMultipleChoice(BertModel):
     """A score per choice: each (question, choice) pair is encoded on its own, and its pooled
     output scored; inputs are (B, choices, T)."""

@@ -211,7 +211,7 @@ def _by_names(shapes: dict, config: BertConfig | None, guess: bool) -> Identifie
         return Identified(None, "no shipped table names its tensors")
     if not guess:
         return Identified(OFFICIAL, "the official layout: no other is recorded or named")
-    names = sorted(layout_names(), key=lambda n: n != OFFICIAL)
+    names = sorted(layout_names(config.model_type), key=lambda n: n != OFFICIAL)
     found = [_placing(n, "by its names", shapes, config) for n in names if not refusal(n)]
     best = max(found, key=lambda f: len(f.placed))  # the first of equals: official first
     return best if best.placed else Identified(None, "no shipped table names its tensors")
@@ -221,7 +221,7 @@ def _identify_model(
     shapes: dict, config: BertConfig, given: str | None, buffers: frozenset[str], spec: str
 ) -> Identified:
     names = set(shapes) - buffers
-    tables = [given] if given else [n for n in layout_names() if not refusal(n)]
+    tables = [given] if given else [n for n in layout_names(config.model_type) if not refusal(n)]
     for name in tables:
         table = layout(name, config)
         held = _held(table, config, names)

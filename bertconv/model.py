@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .catalog import classes, has_pooler
+from .catalog import classes, has_pooler, implementation, numbers_positions_after_pad
 from .config import ACTIVATIONS, BertConfig
 
 
@@ -51,13 +51,20 @@ class Embeddings(nn.Module):
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.relative = config.relative
+        # RoBERTa's positions: the real tokens counted from pad_token_id + 1, the padding's the
+        # pad id (its ids, not the mask, say which is which, as in transformers).
+        self.pad = config.pad_token_id if numbers_positions_after_pad(config.model_type) else None
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         # Summed in transformers' order, so that float rounding matches it too.
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
-        if not self.relative:  # relative positions are the attention's (the table stays unused)
-            x = x + self.position_embeddings(torch.arange(input_ids.shape[1], device=x.device))
-        return self.dropout(self.LayerNorm(x))
+        if self.relative:  # relative positions are the attention's (the table stays unused)
+            return self.dropout(self.LayerNorm(x))
+        positions = torch.arange(input_ids.shape[1], device=x.device)
+        if self.pad is not None:
+            real = input_ids.ne(self.pad).long()
+            positions = real.cumsum(1) * real + self.pad
+        return self.dropout(self.LayerNorm(x + self.position_embeddings(positions)))
 
 
 class Padding:
@@ -254,9 +261,10 @@ class BertModel(nn.Module):
         """pooler: whether to build one; by default, as transformers' class of this name does."""
         super().__init__()
         if pooler is None:  # as the catalog says of this class (or the catalog's class it extends)
-            known = classes(config.model_type)
-            ours = next(c.__name__ for c in type(self).__mro__ if c.__name__ in known)
-            pooler = has_pooler(ours, config.model_type)
+            kind = config.model_type
+            known = {implementation(c, kind): c for c in classes(kind)}
+            ours = next(known[c.__name__] for c in type(self).__mro__ if c.__name__ in known)
+            pooler = has_pooler(ours, kind)
         self.config = config
         self.embeddings = Embeddings(config)
         self.encoder = Encoder(config)
@@ -295,7 +303,7 @@ def __getattr__(name: str):
     """The task classes under this module too (`bertconv.model.BertForPreTraining`), as api and
     bertconv's package look a class up here by its name; imported on first use, as heads.py
     imports this module."""
-    if name.startswith("BertFor"):
+    if name.startswith("BertFor") or name == "FirstTokenClassification":
         from . import heads
 
         return getattr(heads, name)

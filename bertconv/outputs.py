@@ -76,10 +76,10 @@ def compared(
     from .model import BertModel
 
     ours = isinstance(model, BertModel)
-    base = model if ours or not hasattr(model, "bert") else model.bert
+    base = model if ours else model.base_model  # transformers' task classes hold it inside
     pooled = []
     hook = nullcontext()
-    if base.pooler is not None:
+    if getattr(base, "pooler", None) is not None:
         hook = base.pooler.register_forward_hook(lambda m, a, out: pooled.append(out))
     with hook, torch.inference_mode():
         # return_dict: a config.json may say false, which would give tuples

@@ -19,7 +19,7 @@ from pathlib import Path
 from . import catalog, mappings
 from .catalog import ENCODER, RELATIVE, is_dim, sections, shape_problems
 from .config import SIZES
-from .errors import NotFoundError, TableError, UsageError
+from .errors import CheckpointError, NotFoundError, TableError, UsageError
 from .transforms import REGISTRY
 
 TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
@@ -66,8 +66,18 @@ def forget() -> None:
     catalog.forget()
 
 
-def layout_names() -> list[str]:
-    return sorted(f.stem for f in TABLES.glob("*.toml"))
+def layout_names(model_type: str = "bert") -> list[str]:
+    """The shipped layouts: BERT's, or those with a table for another architecture's type."""
+    return sorted(f.stem for f in _shipped(model_type).glob("*.toml"))
+
+
+def _shipped(model_type: str) -> Path:
+    """Where the shipped tables of `model_type` are: mappings/FAMILY/ (the name of its catalog)
+    where there is one, else mappings/ (BERT's, and those of a variant under BERT's names)."""
+    if model_type == "bert":
+        return TABLES
+    own = TABLES / catalog.family(model_type)
+    return own if own.is_dir() else TABLES
 
 
 def describe_layouts() -> list[tuple[str, str]]:
@@ -123,9 +133,17 @@ def source_of(name: str) -> str | tuple[str, int, int]:
 @cache
 def read(source: str | tuple[str, int, int], model_type: str = "bert") -> dict:
     """A table, by what identifies it. Shipped names are looked up, never joined into a path
-    from a file's contents."""
-    path = TABLES / f"{source}.toml" if isinstance(source, str) else Path(source[0])
-    return read_table(path, model_type)
+    from a file's contents: BERT's in mappings/, another architecture's in mappings/FAMILY/ (the
+    name of its catalog), where it has its own."""
+    if not isinstance(source, str):
+        return read_table(Path(source[0]), model_type)
+    if source not in (own := layout_names(model_type)):
+        raise CheckpointError(
+            f"layout {source!r} has no table for model_type {model_type!r}: its model numbers "
+            f"positions from 0 and has BERT's heads; {model_type} converts into "
+            f"{', '.join(own)}, or a table file of yours"
+        )
+    return read_table(_shipped(model_type) / f"{source}.toml", model_type)
 
 
 def _form_names() -> list[str]:

@@ -133,7 +133,8 @@ def reference_model(ckpt: Checkpoint, reading: Reading):
         tensors = convert_reading(reading, ckpt.config, official_table, chosen, "").state_dict
     maps = {}
     state_dict = {name: storage.to_torch(t, maps) for name, t in tensors.items()}
-    extra = {"add_pooling_layer": pooler} if name == "BertModel" else {}
+    base_model = catalog.implementation(name, kind) == "BertModel"
+    extra = {"add_pooling_layer": pooler} if base_model else {}
     try:
         config_class = getattr(transformers, catalog.architecture(kind)["config_class"])
         config = config_class.from_dict(ckpt.config_dict)
@@ -238,14 +239,20 @@ def _lowercase(path: Path) -> bool:
 
 
 def random_batch(config: BertConfig, length: int = RANDOM_LENGTH) -> dict[str, torch.Tensor]:
-    """Random ids and token types, every row but the first padded to a random length."""
+    """Random ids and token types, every row but the first padded to a random length: the pad
+    id at every padded place, and never among the real tokens (RoBERTa tells them apart by it)."""
     g = torch.Generator().manual_seed(SEED)
-    shape = (RANDOM_BATCH, min(length, config.max_position_embeddings))
+    after_pad = catalog.numbers_positions_after_pad(config.model_type)
+    positions = config.max_position_embeddings - (config.pad_token_id + 1 if after_pad else 0)
+    shape = (RANDOM_BATCH, max(1, min(length, positions)))
     lengths = torch.randint(min(2, shape[1]), shape[1] + 1, (shape[0],), generator=g)
     lengths[0] = shape[1]
+    mask = (torch.arange(shape[1]) < lengths[:, None]).long()
+    ids = torch.randint(0, max(1, config.vocab_size - 1), shape, generator=g)
+    ids += (ids >= config.pad_token_id).long() if config.vocab_size > 1 else 0
     return {
-        "input_ids": torch.randint(0, config.vocab_size, shape, generator=g),
-        "attention_mask": (torch.arange(shape[1]) < lengths[:, None]).long(),
+        "input_ids": torch.where(mask.bool(), ids, config.pad_token_id),
+        "attention_mask": mask,
         "token_type_ids": torch.randint(0, config.type_vocab_size, shape, generator=g),
     }
 
@@ -499,7 +506,7 @@ def inputs(path: Path, config: BertConfig, model_class: str) -> dict[str, dict]:
     text = tokenizer_batch(path, config)
     if text is not None:
         batches = {"tokenized text": text} | batches
-    if model_class == "BertForMultipleChoice":
+    if catalog.implementation(model_class, config.model_type) == "BertForMultipleChoice":
         return {
             k: {n: t.view(-1, CHOICES, t.shape[-1]) for n, t in b.items()}
             for k, b in batches.items()

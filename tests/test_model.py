@@ -105,7 +105,7 @@ def test_the_model_trains(checkpoints, batch):
         ),
         ("hidden_act", "swish", "hidden_act='swish' is not supported"),
         ("is_decoder", True, "is_decoder=True is not supported"),
-        ("model_type", "roberta", "model_type='roberta' is not supported"),
+        ("model_type", "albert", "model_type='albert' is not supported"),
         ("num_attention_heads", 5, "hidden_size=32 is not a multiple of num_attention_heads=5"),
     ],
 )

@@ -1,0 +1,97 @@
+"""BERT's family through the catalog keyed by model type: RoBERTa, XLM-RoBERTa and CamemBERT
+(mappings/architectures/roberta.toml serves all three, their tables in mappings/roberta/).
+Tiny checkpoints transformers writes for every class, every parameter moved off transformers'
+initialisation (no zero bias, no identity LayerNorm, no zero padding row). Each verifies, is
+converted into bertconv's layout and verifies there, comes back bit for bit under its own names,
+and bertconv's model equals transformers' on left-padded batches too (RoBERTa counts positions
+over the real tokens, from the pad id + 1)."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import bertconv
+
+TASKS = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForMultipleChoice",
+         "ForTokenClassification", "ForQuestionAnswering")  # fmt: skip
+PREFIXES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"}
+CLASSES = [("roberta", f"Roberta{task}") for task in TASKS] + [
+    (kind, f"{PREFIXES[kind]}{task}")
+    for kind in ("xlm-roberta", "camembert")
+    for task in ("Model", "ForMaskedLM", "ForSequenceClassification")
+]
+SIZES = dict(vocab_size=61, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+             intermediate_size=40, max_position_embeddings=34, type_vocab_size=1,
+             pad_token_id=1, layer_norm_eps=1e-5, num_labels=3)  # fmt: skip
+
+
+def _moved(model: torch.nn.Module, seed: int) -> None:
+    """Every parameter off transformers' initialisation, the padding row and LayerNorms too."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn(p.shape, generator=g))
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory) -> dict[str, object]:
+    """{class name: its directory}, written by transformers."""
+    import transformers
+
+    root = tmp_path_factory.mktemp("family")
+    out = {}
+    for i, (kind, name) in enumerate(CLASSES):
+        labels = 2 if name.endswith("QuestionAnswering") else SIZES["num_labels"]  # start, end
+        config = getattr(transformers, f"{PREFIXES[kind]}Config")(**SIZES | {"num_labels": labels})
+        model = getattr(transformers, name)(config)
+        _moved(model, i)
+        model.save_pretrained(root / name)
+        out[name] = root / name
+    return out
+
+
+@pytest.mark.parametrize("kind, name", CLASSES)
+def test_each_class_verifies_converts_and_comes_back_bit_for_bit(kind, name, family, tmp_path, cli):
+    source, ours, back = family[name], tmp_path / "bertconv", tmp_path / "back"
+    code, out, err = cli("verify", source, "--device", "cpu")
+    assert code == 0 and "PASSED" in out and f"({name})" in out, out + err
+    assert cli("convert", source, "--to", "bertconv", "--out", ours)[0] == 0
+    code, out, err = cli("verify", ours, "--device", "cpu")
+    assert code == 0 and "PASSED" in out, out + err
+    assert cli("convert", ours, "--to", "transformers", "--out", back)[0] == 0
+    before, after = load_file(source / "model.safetensors"), load_file(back / "model.safetensors")
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    code, out, _ = cli("inspect", source, "--json")
+    assert json.loads(out)["model_type"] == kind
+
+
+@pytest.mark.parametrize("name", ["RobertaModel", "RobertaForMaskedLM", "XLMRobertaModel"])
+def test_left_padded_batches_equal_transformers_at_real_positions(name, family, tmp_path, cli):
+    """RoBERTa reads positions off input_ids != pad: left padding shifts them, in both models."""
+    import transformers
+
+    assert cli("convert", family[name], "--to", "bertconv", "--out", tmp_path / "ours")[0] == 0
+    ours = bertconv.load(tmp_path / "ours")
+    theirs = getattr(transformers, name).from_pretrained(family[name]).eval()
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, SIZES["vocab_size"], (3, 12), generator=g)
+    mask = torch.ones_like(ids)
+    for row, pad in ((1, 4), (2, 9)):  # left padding
+        ids[row, :pad], mask[row, :pad] = SIZES["pad_token_id"], 0
+    with torch.inference_mode():
+        got = ours(ids, mask)
+        want = theirs(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    real = mask.bool()
+    for a, b in zip(got.hidden_states, want.hidden_states, strict=True):
+        assert (a[real] - b[real]).abs().max() < 1e-5
+    if hasattr(want, "logits"):
+        assert (got.logits[real] - want.logits[real]).abs().max() < 1e-5
+
+
+def test_a_layout_without_a_table_for_the_type_is_refused_naming_why(family, tmp_path, cli):
+    code, _, err = cli("convert", family["RobertaModel"], "--to", "minbert", "--out", tmp_path)
+    assert code == 4 and "layout 'minbert' has no table for model_type 'roberta'" in err, err
+    assert "bertconv, transformers" in err and not any(tmp_path.iterdir())
