@@ -21,6 +21,9 @@ from .tables import read_off
 CONFIG_FILES = ("config.json", "bert_config.json")  # transformers', google-research/bert's
 TOKENIZER_FILES = (
     "vocab.txt",
+    "vocab.json",  # RoBERTa's byte-level BPE, with merges.txt
+    "merges.txt",
+    "sentencepiece.bpe.model",  # XLM-RoBERTa's and CamemBERT's
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",

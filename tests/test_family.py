@@ -95,3 +95,25 @@ def test_a_layout_without_a_table_for_the_type_is_refused_naming_why(family, tmp
     code, _, err = cli("convert", family["RobertaModel"], "--to", "minbert", "--out", tmp_path)
     assert code == 4 and "layout 'minbert' has no table for model_type 'roberta'" in err, err
     assert "bertconv, transformers" in err and not any(tmp_path.iterdir())
+
+
+def test_fetch_carries_a_roberta_tokenizer_into_the_output(family, tmp_path):
+    """vocab.json and merges.txt (RoBERTa's), sentencepiece.bpe.model (XLM-R's) come along."""
+    import shutil
+
+    from test_fetch import bertconv as run, hub_env
+    from localhub import LocalHub
+
+    repo = tmp_path / "repo"
+    shutil.copytree(family["RobertaForMaskedLM"], repo)
+    tokenizer = {"vocab.json": '{"<s>": 0}', "merges.txt": "#version: 0.2\n", "README.md": "x"}
+    for name, text in tokenizer.items():
+        (repo / name).write_text(text)
+    with LocalHub() as hub:
+        hub.add_repo("org/roberta", repo)
+        out = tmp_path / "out"
+        done = run("fetch", "org/roberta", "--out", str(out), env=hub_env(hub.url, tmp_path))
+    assert done.returncode == 0, done.stderr
+    names = {p.name for p in out.iterdir()}
+    assert {"vocab.json", "merges.txt", "model.safetensors"} <= names and "README.md" not in names
+    assert (out / "merges.txt").read_text() == "#version: 0.2\n"
