@@ -101,7 +101,9 @@ def test_fetch_carries_a_roberta_tokenizer_into_the_output(family, tmp_path):
     """vocab.json and merges.txt (RoBERTa's), sentencepiece.bpe.model (XLM-R's) come along."""
     import shutil
 
-    from test_fetch import bertconv as run, hub_env
+    from test_fetch import bertconv as run
+    from test_fetch import hub_env
+
     from localhub import LocalHub
 
     repo = tmp_path / "repo"
