@@ -27,8 +27,9 @@ DERIVED = ("attention_head_size", "relative_distances")  # sizes BertConfig comp
 KEYS = {"model_type": str, "config_class": str, ENCODER: dict, RELATIVE: dict,
         "groups": dict, "classes": dict, "anchors": dict, "units": dict}  # fmt: skip
 # Optional: other model types of the same architecture ({model_type: the prefix of its
-# transformers classes}), and how positions are numbered where not BERT's way (from 0).
-OPTIONAL = {"serves": dict, "positions": str}
+# transformers classes}), how positions are numbered where not BERT's way (from 0), and the
+# activation of a classification head of dense + activation + out_proj (tanh by default).
+OPTIONAL = {"serves": dict, "positions": str, "classification_activation": str}
 AFTER_PAD = "after the pad id"  # RoBERTa's: real tokens counted from pad_token_id + 1
 
 

@@ -107,6 +107,12 @@ class BertConfig:
                 f"model_type={d['model_type']!r} is not supported (only {known})"
                 + (f": {why}" if why else "")
             )
+        size = d.get("embedding_size", d.get("hidden_size"))
+        if size != d.get("hidden_size"):  # ELECTRA's small models and generators
+            problems.append(
+                f"embedding_size={size!r} differs from hidden_size={d.get('hidden_size')!r}: "
+                "the embeddings are projected up (embeddings_project), which BERT does not do"
+            )
         known = {f.name for f in fields(cls)}
         # pad_token_id and classifier_dropout may be null: their defaults then serve.
         given = {k: v for k, v in d.items() if k in known and (v is not None or k in SIZES)}

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .catalog import architecture
 from .config import BertConfig
 from .model import BertModel, BertOutput, LayerNorm, Padding, activation
 
@@ -128,16 +129,19 @@ class BertForSequenceClassification(BertModel):
 
 
 class ClassificationHead(nn.Module):
-    """RoBERTa's: the pooler's arithmetic, tanh(dense(h_<s>)), inside the head, then out_proj."""
+    """RoBERTa's and ELECTRA's: the pooler's arithmetic, act(dense(h_<s>)) (tanh, or the
+    catalog's `classification_activation`), inside the head, then out_proj."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        name = architecture(config.model_type).get("classification_activation", "tanh")
+        self.activation = torch.tanh if name == "tanh" else activation(name)
         self.dropout = classifier_dropout(config)
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        pooled = torch.tanh(self.dense(self.dropout(hidden[:, 0])))
+        pooled = self.activation(self.dense(self.dropout(hidden[:, 0])))
         return self.out_proj(self.dropout(pooled))
 
 
@@ -152,6 +156,30 @@ class FirstTokenClassification(BertModel):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
         out = self.encode(input_ids, attention_mask, token_type_ids)[0]
         return LogitsOutput(**vars(out), logits=self.classifier(out.last_hidden_state))
+
+
+class DiscriminatorModel(BertModel):
+    """ELECTRA's discriminator (ElectraForPreTraining): a score per token, is it replaced?"""
+
+    def __init__(self, config: BertConfig, pooler: bool | None = None):
+        super().__init__(config, pooler)
+        self.discriminator_predictions = DiscriminatorHead(config)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        logits = self.discriminator_predictions(out.last_hidden_state)
+        return LogitsOutput(**vars(out), logits=logits)
+
+
+class DiscriminatorHead(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = activation(config.hidden_act)
+        self.dense_prediction = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.dense_prediction(self.activation(self.dense(hidden))).squeeze(-1)
 
 
 class BertForMultipleChoice(BertModel):

@@ -303,7 +303,7 @@ def __getattr__(name: str):
     """The task classes under this module too (`bertconv.model.BertForPreTraining`), as api and
     bertconv's package look a class up here by its name; imported on first use, as heads.py
     imports this module."""
-    if name.startswith("BertFor") or name == "FirstTokenClassification":
+    if name.startswith("BertFor") or name in ("FirstTokenClassification", "DiscriminatorModel"):
         from . import heads
 
         return getattr(heads, name)

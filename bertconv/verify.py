@@ -133,8 +133,10 @@ def reference_model(ckpt: Checkpoint, reading: Reading):
         tensors = convert_reading(reading, ckpt.config, official_table, chosen, "").state_dict
     maps = {}
     state_dict = {name: storage.to_torch(t, maps) for name, t in tensors.items()}
-    base_model = catalog.implementation(name, kind) == "BertModel"
-    extra = {"add_pooling_layer": pooler} if base_model else {}
+    builds_pooler = catalog.implementation(name, kind) == "BertModel" and catalog.has_pooler(
+        name, kind
+    )
+    extra = {"add_pooling_layer": pooler} if builds_pooler else {}
     try:
         config_class = getattr(transformers, catalog.architecture(kind)["config_class"])
         config = config_class.from_dict(ckpt.config_dict)

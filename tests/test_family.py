@@ -16,15 +16,24 @@ import bertconv
 
 TASKS = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForMultipleChoice",
          "ForTokenClassification", "ForQuestionAnswering")  # fmt: skip
-PREFIXES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"}
-CLASSES = [("roberta", f"Roberta{task}") for task in TASKS] + [
-    (kind, f"{PREFIXES[kind]}{task}")
-    for kind in ("xlm-roberta", "camembert")
-    for task in ("Model", "ForMaskedLM", "ForSequenceClassification")
-]
+ELECTRA = ("Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
+           "ForTokenClassification", "ForQuestionAnswering")  # fmt: skip
+PREFIXES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert",
+            "electra": "Electra"}  # fmt: skip
+CLASSES = (
+    [("roberta", f"Roberta{task}") for task in TASKS]
+    + [
+        (kind, f"{PREFIXES[kind]}{task}")
+        for kind in ("xlm-roberta", "camembert")
+        for task in ("Model", "ForMaskedLM", "ForSequenceClassification")
+    ]
+    + [("electra", f"Electra{task}") for task in ELECTRA]
+)
 SIZES = dict(vocab_size=61, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
              intermediate_size=40, max_position_embeddings=34, type_vocab_size=1,
              pad_token_id=1, layer_norm_eps=1e-5, num_labels=3)  # fmt: skip
+# ELECTRA's as BERT's: two token types, the pad id 0, embeddings of the hidden size
+OWN = {"electra": dict(type_vocab_size=2, pad_token_id=0, layer_norm_eps=1e-12, embedding_size=16)}
 
 
 def _moved(model: torch.nn.Module, seed: int) -> None:
@@ -44,7 +53,8 @@ def family(tmp_path_factory) -> dict[str, object]:
     out = {}
     for i, (kind, name) in enumerate(CLASSES):
         labels = 2 if name.endswith("QuestionAnswering") else SIZES["num_labels"]  # start, end
-        config = getattr(transformers, f"{PREFIXES[kind]}Config")(**SIZES | {"num_labels": labels})
+        sizes = SIZES | OWN.get(kind, {}) | {"num_labels": labels}
+        config = getattr(transformers, f"{PREFIXES[kind]}Config")(**sizes)
         model = getattr(transformers, name)(config)
         _moved(model, i)
         model.save_pretrained(root / name)
@@ -119,3 +129,13 @@ def test_fetch_carries_a_roberta_tokenizer_into_the_output(family, tmp_path):
     names = {p.name for p in out.iterdir()}
     assert {"vocab.json", "merges.txt", "model.safetensors"} <= names and "README.md" not in names
     assert (out / "merges.txt").read_text() == "#version: 0.2\n"
+
+
+def test_electra_with_its_embeddings_projected_is_refused_naming_the_projection(tmp_path, cli):
+    import transformers
+
+    sizes = SIZES | OWN["electra"] | {"embedding_size": 8}
+    transformers.ElectraForMaskedLM(transformers.ElectraConfig(**sizes)).save_pretrained(tmp_path)
+    code, _, err = cli("convert", tmp_path, "--to", "bertconv", "--out", tmp_path / "out")
+    assert code == 4 and "embedding_size=8 differs from hidden_size=16" in err, err
+    assert "embeddings_project" in err and not (tmp_path / "out").exists()
