@@ -27,9 +27,11 @@ DERIVED = ("attention_head_size", "relative_distances")  # sizes BertConfig comp
 KEYS = {"model_type": str, "config_class": str, ENCODER: dict, RELATIVE: dict,
         "groups": dict, "classes": dict, "anchors": dict, "units": dict}  # fmt: skip
 # Optional: other model types of the same architecture ({model_type: the prefix of its
-# transformers classes}), how positions are numbered where not BERT's way (from 0), and the
-# activation of a classification head of dense + activation + out_proj (tanh by default).
-OPTIONAL = {"serves": dict, "positions": str, "classification_activation": str}
+# transformers classes}), how positions are numbered where not BERT's way (from 0), the
+# activation of a classification head of dense + activation + out_proj (tanh by default),
+# whether it has token types, and BERT's config.json fields as its own name them ([config]).
+OPTIONAL = {"serves": dict, "positions": str, "classification_activation": str,
+            "token_types": bool, "config": dict}  # fmt: skip
 AFTER_PAD = "after the pad id"  # RoBERTa's: real tokens counted from pad_token_id + 1
 
 
@@ -116,6 +118,10 @@ def implementation(model_class: str, model_type: str) -> str:
 def base_class(model_type: str) -> str:
     """transformers' class of the encoder alone (BertModel, RobertaModel, ...)."""
     return next(c for c in classes(model_type) if implementation(c, model_type) == "BertModel")
+
+
+def has_token_types(model_type: str) -> bool:
+    return architecture(model_type).get("token_types", True)
 
 
 def numbers_positions_after_pad(model_type: str) -> bool:

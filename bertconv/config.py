@@ -93,6 +93,7 @@ class BertConfig:
         for what the model does not implement."""
         if not isinstance(d, dict):
             raise CheckpointError(f"{source}: holds a {type(d).__name__}, not a JSON object")
+        d = _as_bert(d)
         problems = [
             f"{key}={d[key]!r} is not supported (only {want!r})"
             for key, want in ONLY_VALUE.items()
@@ -146,6 +147,24 @@ class BertConfig:
                 f"pad_token_id={self.pad_token_id} is not below vocab_size={self.vocab_size}"
             )
         return problems
+
+
+def _as_bert(d: dict) -> dict:
+    """config.json in BERT's fields: a model type whose catalog names them otherwise ([config]:
+    DistilBERT's `dim`, `n_layers`, ...) has them read off its own, or fixed."""
+    from .catalog import architecture, model_types
+
+    kind = d.get("model_type")
+    if not isinstance(kind, str) or kind not in model_types():
+        return d
+    fields = architecture(kind).get("config", {})
+    read = {
+        ours: d[theirs]
+        for ours, theirs in fields.items()
+        if isinstance(theirs, str) and theirs in d
+    }
+    fixed = {ours: value for ours, value in fields.items() if not isinstance(value, str)}
+    return d | read | fixed
 
 
 def _is_int(value) -> bool:

@@ -158,6 +158,26 @@ class FirstTokenClassification(BertModel):
         return LogitsOutput(**vars(out), logits=self.classifier(out.last_hidden_state))
 
 
+class PreClassifierClassification(BertModel):
+    """DistilBERT's label per sequence: relu(pre_classifier(h_[CLS])) then classifier, the
+    catalog's `classification_activation` in between."""
+
+    def __init__(self, config: BertConfig, pooler: bool | None = None):
+        super().__init__(config, pooler)
+        head = ClassificationHead(config)
+        self.pre_classifier, self.activation, self.dropout = (
+            head.dense,
+            head.activation,
+            head.dropout,
+        )
+        self.classifier = head.out_proj
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        pooled = self.activation(self.pre_classifier(out.last_hidden_state[:, 0]))
+        return LogitsOutput(**vars(out), logits=self.classifier(self.dropout(pooled)))
+
+
 class DiscriminatorModel(BertModel):
     """ELECTRA's discriminator (ElectraForPreTraining): a score per token, is it replaced?"""
 

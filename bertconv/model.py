@@ -17,7 +17,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .catalog import classes, has_pooler, implementation, numbers_positions_after_pad
+from .catalog import (
+    classes,
+    has_pooler,
+    has_token_types,
+    implementation,
+    numbers_positions_after_pad,
+)
 from .config import ACTIVATIONS, BertConfig
 
 
@@ -47,7 +53,11 @@ class Embeddings(nn.Module):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.token_type_embeddings = (  # DistilBERT has none
+            nn.Embedding(config.type_vocab_size, config.hidden_size)
+            if has_token_types(config.model_type)
+            else None
+        )
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.relative = config.relative
@@ -57,7 +67,9 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         # Summed in transformers' order, so that float rounding matches it too.
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        x = self.word_embeddings(input_ids)
+        if self.token_type_embeddings is not None:
+            x = x + self.token_type_embeddings(token_type_ids)
         if self.relative:  # relative positions are the attention's (the table stays unused)
             return self.dropout(self.LayerNorm(x))
         positions = torch.arange(input_ids.shape[1], device=x.device)
@@ -303,7 +315,7 @@ def __getattr__(name: str):
     """The task classes under this module too (`bertconv.model.BertForPreTraining`), as api and
     bertconv's package look a class up here by its name; imported on first use, as heads.py
     imports this module."""
-    if name.startswith("BertFor") or name in ("FirstTokenClassification", "DiscriminatorModel"):
+    if name.startswith("BertFor") or name.endswith(("Classification", "DiscriminatorModel")):
         from . import heads
 
         return getattr(heads, name)

@@ -3,6 +3,7 @@ bertconv's model or transformers' (the two take the same arguments). Below both 
 own BERT (bertconv.yours), which read the same outputs from a trace.
 """
 
+import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -84,6 +85,8 @@ def compared(
     with hook, torch.inference_mode():
         # return_dict: a config.json may say false, which would give tuples
         theirs = {} if ours else {"output_hidden_states": True, "return_dict": True}
+        if not ours and "token_type_ids" not in inspect.signature(model.forward).parameters:
+            batch = {k: v for k, v in batch.items() if k != "token_type_ids"}  # DistilBERT's
         out = model(**batch, **theirs)
     real = batch["attention_mask"].reshape(-1, batch["attention_mask"].shape[-1]).bool()
     named = {EMBEDDINGS: out.hidden_states[0][real]}

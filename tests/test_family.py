@@ -1,5 +1,6 @@
 """BERT's family through the catalog keyed by model type: RoBERTa, XLM-RoBERTa and CamemBERT
-(mappings/architectures/roberta.toml serves all three, their tables in mappings/roberta/).
+(mappings/architectures/roberta.toml serves all three, their tables in mappings/roberta/),
+ELECTRA and DistilBERT (config.json fields of its own, no token types).
 Tiny checkpoints transformers writes for every class, every parameter moved off transformers'
 initialisation (no zero bias, no identity LayerNorm, no zero padding row). Each verifies, is
 converted into bertconv's layout and verifies there, comes back bit for bit under its own names,
@@ -19,7 +20,7 @@ TASKS = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForMultipleChoice
 ELECTRA = ("Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
            "ForTokenClassification", "ForQuestionAnswering")  # fmt: skip
 PREFIXES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert",
-            "electra": "Electra"}  # fmt: skip
+            "electra": "Electra", "distilbert": "DistilBert"}  # fmt: skip
 CLASSES = (
     [("roberta", f"Roberta{task}") for task in TASKS]
     + [
@@ -28,12 +29,16 @@ CLASSES = (
         for task in ("Model", "ForMaskedLM", "ForSequenceClassification")
     ]
     + [("electra", f"Electra{task}") for task in ELECTRA]
+    + [("distilbert", f"DistilBert{task}") for task in TASKS if task != "ForMultipleChoice"]
 )
 SIZES = dict(vocab_size=61, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
              intermediate_size=40, max_position_embeddings=34, type_vocab_size=1,
              pad_token_id=1, layer_norm_eps=1e-5, num_labels=3)  # fmt: skip
 # ELECTRA's as BERT's: two token types, the pad id 0, embeddings of the hidden size
 OWN = {"electra": dict(type_vocab_size=2, pad_token_id=0, layer_norm_eps=1e-12, embedding_size=16)}
+# DistilBERT's config.json names its fields otherwise, and has no token types
+DISTILBERT = dict(vocab_size=61, dim=16, n_layers=2, n_heads=2, hidden_dim=40,
+                  max_position_embeddings=34, pad_token_id=0, num_labels=3)  # fmt: skip
 
 
 def _moved(model: torch.nn.Module, seed: int) -> None:
@@ -53,7 +58,8 @@ def family(tmp_path_factory) -> dict[str, object]:
     out = {}
     for i, (kind, name) in enumerate(CLASSES):
         labels = 2 if name.endswith("QuestionAnswering") else SIZES["num_labels"]  # start, end
-        sizes = SIZES | OWN.get(kind, {}) | {"num_labels": labels}
+        sizes = DISTILBERT if kind == "distilbert" else SIZES | OWN.get(kind, {})
+        sizes = sizes | {"num_labels": labels}
         config = getattr(transformers, f"{PREFIXES[kind]}Config")(**sizes)
         model = getattr(transformers, name)(config)
         _moved(model, i)
