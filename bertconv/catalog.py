@@ -29,9 +29,10 @@ KEYS = {"model_type": str, "config_class": str, ENCODER: dict, RELATIVE: dict,
 # Optional: other model types of the same architecture ({model_type: the prefix of its
 # transformers classes}), how positions are numbered where not BERT's way (from 0), the
 # activation of a classification head of dense + activation + out_proj (tanh by default),
-# whether it has token types, and BERT's config.json fields as its own name them ([config]).
+# whether it has token types, BERT's config.json fields as its own name them ([config]), and
+# how a from-scratch BERT holds its weights ([bert], bertconv/family.py).
 OPTIONAL = {"serves": dict, "positions": str, "classification_activation": str,
-            "token_types": bool, "config": dict}  # fmt: skip
+            "token_types": bool, "config": dict, "bert": dict}  # fmt: skip
 AFTER_PAD = "after the pad id"  # RoBERTa's: real tokens counted from pad_token_id + 1
 
 

@@ -22,6 +22,7 @@ from .checkpoint import Checkpoint, read_checkpoint
 from .config import BertConfig
 from .convert import FITTING, Reading, Selection, convert_reading
 from .errors import CheckpointError, MissingDependencyError, UsageError
+from .family import as_bert, left_out
 from .mapping import Table, identify, layout
 from .model import BertModel
 from .outputs import POOLER, Output, compared, heads
@@ -290,7 +291,10 @@ def verify(
         )
         name = conversion.model_class
     else:
-        ours, name = Yours(ckpt, reading, model, model_layout), model
+        # a from-scratch BERT holds a RoBERTa (ELECTRA, DistilBERT) as BERT: family.py
+        ours, name = Yours(*as_bert(ckpt, reading), model, model_layout), model
+        kind = ckpt.config.model_type
+        ours.notes += [f"{g}: {kind}'s head has no place in BERT" for g in left_out(ckpt, reading)]
         patches = [f"the model's module replaces {'.'.join(k)}" for k in APPLIED]
         ours.notes[:0] = [f"{p} (transformers' outputs computed without it)" for p in patches]
     batches = {k: ours.prepare(b) for k, b in batches.items()}
@@ -383,6 +387,7 @@ class Yours(Ours):
         from .yours.harness import load, load_weights
         from .yours.reading import anchors
 
+        self.ckpt = ckpt  # as the model takes it (family.as_bert)
         self.harness = load(spec, ckpt.config_dict, ckpt.config, random_batch(ckpt.config))
         model = self.harness.model
         shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
@@ -405,6 +410,7 @@ class Yours(Ours):
 
     def diagnose(self, row: Output, batches, ckpt: Checkpoint) -> Diagnosis | None:
         """Each step recomputed by bertconv's model, holding the checkpoint's weights as read."""
+        ckpt = self.ckpt
         table = layout("bertconv", ckpt.config)
         chosen = Selection("exactly", self.reading.groups)
         bertconv = convert_reading(self.reading, ckpt.config, table, chosen, str(ckpt.path))

@@ -145,3 +145,37 @@ def test_electra_with_its_embeddings_projected_is_refused_naming_the_projection(
     code, _, err = cli("convert", tmp_path, "--to", "bertconv", "--out", tmp_path / "out")
     assert code == 4 and "embedding_size=8 differs from hidden_size=16" in err, err
     assert "embeddings_project" in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["RobertaModel", "XLMRobertaModel"])
+def test_a_from_scratch_bert_passes_on_a_roberta_and_one_fixing_eps_fails_naming_it(
+    name, family, tmp_path, cli
+):
+    """Its factory is given the BERT equivalent of the config (positions from 0, two token
+    types, RoBERTa's eps 1e-5), the same in infer and verify; the table converts the weights
+    into it (positions past the pad id's, the one token type as both)."""
+    from pathlib import Path
+
+    zoo, table = Path(__file__).parent / "zoo" / "family_bert.py", tmp_path / "table.toml"
+    config = family[name] / "config.json"
+    assert cli("infer", f"{zoo}:PooledBert", "--config", config, "--out", table)[0] == 0
+    code, out, err = cli("verify", family[name], "--model", f"{zoo}:PooledBert", "--layout", table)
+    assert code == 0 and "PASSED" in out, out + err
+    code, out, err = cli(
+        "verify", family[name], "--model", f"{zoo}:FixedEpsBert", "--layout", table
+    )
+    assert code == 1 and "LayerNorm eps 1e-12 (the config's layer_norm_eps is 1e-05)" in out, out
+
+
+@pytest.mark.parametrize("name", ["ElectraForPreTraining", "DistilBertForMaskedLM"])
+def test_a_from_scratch_bert_passes_on_electra_and_distilbert(name, family, tmp_path, cli):
+    """Heads with no place in BERT (the discriminator) are named and not compared."""
+    from pathlib import Path
+
+    zoo, table = Path(__file__).parent / "zoo" / "head_parts.py", tmp_path / "table.toml"
+    config = family[name] / "config.json"
+    assert cli("infer", f"{zoo}:Encoder", "--config", config, "--out", table)[0] == 0
+    code, out, err = cli("verify", family[name], "--model", f"{zoo}:Encoder", "--layout", table)
+    assert code == 0 and "PASSED" in out, out + err
+    if name == "ElectraForPreTraining":
+        assert "discriminator: electra's head has no place in BERT" in out

@@ -26,6 +26,7 @@ from .. import storage
 from ..catalog import ENCODER, architecture, shapes
 from ..config import BertConfig
 from ..errors import NotBertError
+from ..family import bert_config_dict
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
 from . import assign
@@ -231,6 +232,8 @@ def _failing_part(distances: dict[Output, float] | None) -> str | None:
 def infer(spec: str, config_dict: dict | None = None) -> Inference:
     """The table of `spec`'s names (PKG.MODULE:NAME or path.py:NAME), found and checked."""
     # A config.json naming its classes is transformers': without id2label, num_labels is 2.
+    # a RoBERTa's (ELECTRA's, DistilBERT's) config.json as a from-scratch BERT takes it
+    config_dict = bert_config_dict(config_dict) if config_dict else config_dict
     probe = PROBE | ({"num_labels": 2} if "architectures" in (config_dict or {}) else {})
     config = BertConfig.from_dict({**probe, **(config_dict or {})}, "--config")
     from ..verify import random_batch

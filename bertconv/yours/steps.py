@@ -20,7 +20,8 @@ from .assign import ATTENTION, roles
 from .reading import per_batch
 from .trace import Trace, tensors_in
 
-EPS = (1e-5, 1e-6, 1e-7, 1e-8, 1e-3)
+# the eps people write, the likeliest first where two are too close for float32 to tell
+EPS = (1e-12, 1e-5, 1e-6, 1e-7, 1e-8, 1e-3)
 PRE_LN = "the LayerNorm before the sublayer (pre-LN), not after it"
 EXCHANGED = "the query and the key exchanged (K Q^T, not Q K^T)"
 # The activations config.json can name, as a diagnosis says them (model.activation computes them)
