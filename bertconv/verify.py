@@ -282,7 +282,11 @@ def verify(
     nonfinite = storage.nonfinite(ckpt.state_dict)
     reading = official(ckpt)  # handed on to every model below, and to the diagnosis
     batches = inputs(src.path, ckpt.config, reading.model_class)
-    computed = _reference(ckpt, reading, batches.values(), dev, {torch.float32, DTYPES[dtype]})
+    # RoBERTa's positions follow the padding: a from-scratch BERT's, left-padded, do not
+    left = catalog.numbers_positions_after_pad(ckpt.config.model_type) and model is not None
+    left = left_padded(batches["random ids"]) if left else None
+    every = [*batches.values(), *([left] if left else [])]
+    computed = _reference(ckpt, reading, every, dev, {torch.float32, DTYPES[dtype]})
     if model is None:
         bertconv = layout("bertconv", ckpt.config)
         conversion = convert_reading(reading, ckpt.config, bertconv, FITTING, str(ckpt.path))
@@ -313,6 +317,8 @@ def verify(
             else:
                 own = (low[k] - expected[k]).abs().max().item()
                 report.rows.append(_row(k, got[k], expected[k], LOW_PRECISION_FACTOR * own, own))
+    if left is not None:
+        ours.notes += _left_padded(ours, computed, ours.prepare(left), dev, ckpt.config.model_type)
     report.notes = ours.notes
     rows = zip(both, report.rows, strict=True)
     failing = next((output for output, row in rows if not row.passed), None)
@@ -320,6 +326,32 @@ def verify(
     if failing and dtype == "float32" and not report.nonfinite and not returned:
         report.diagnosis = ours.diagnose(failing, batches.values(), ckpt)
     return report
+
+
+def left_padded(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The same rows with their padding moved to the left."""
+    n = batch["attention_mask"].shape[1]
+    pads = (batch["attention_mask"] == 0).sum(1)
+    index = (torch.arange(n)[None, :] - pads[:, None]) % n
+    return {k: v.gather(1, index) for k, v in batch.items()}
+
+
+def _left_padded(ours, computed: dict, batch: dict, device, model_type: str) -> list[str]:
+    """A note (never a failure) where the user's model differs on a left-padded batch."""
+    with _no_tf32():
+        got = ours.run([batch], device, torch.float32)
+    expected = _looked_up(computed, torch.float32, [batch])
+    worst = max(
+        ((float((got[k] - expected[k]).abs().max()), k) for k in expected if k.hidden and k in got),
+        default=(0.0, None),
+    )
+    if not worst[0] > FLOAT32_MAX_ABS:
+        return []
+    return [
+        f"a left-padded batch: your model differs (max abs {worst[0]:.1e} at {worst[1]}). It "
+        f"numbers positions from 0 where {model_type} counts them from the first real token; "
+        "the verdict comes from right-padded batches, where the two agree"
+    ]
 
 
 def _reference(ckpt, reading: Reading, batches, device, dtypes) -> dict[tuple, dict]:
