@@ -18,10 +18,11 @@ from .checkpoint import (
     tokenizer_files,
     write_checkpoint,
 )
-from .convert import FITTING, Conversion, Reading, Selection, convert
+from .convert import FITTING, Conversion, Reading, Selection, convert, convert_reading
 from .errors import BertconvError, NotFoundError, UsageError
+from .family import as_bert
 from .mapping import layout
-from .tables import OFFICIAL, read_off, recorded_as, refusal
+from .tables import OFFICIAL, is_table_file, layout_names, read_off, recorded_as, refusal
 
 # What a conversion may write: any form's files, its config, the tokenizer files.
 WRITTEN = (
@@ -151,9 +152,16 @@ def _convert_into(
 ) -> Converted:
     ckpt = read_checkpoint(src.path, from_layout, src.weights)
     output.check_not_source(src.path, [*ckpt.files, *tokenizer_files(src.path)], WRITTEN)
+    source = ckpt
+    if _held_as_bert(ckpt, to_layout):  # a RoBERTa into a BERT's layout (yours, minbert)
+        ckpt, reading = as_bert(ckpt, official(ckpt))
     form = layout(to_layout, ckpt.config).format
     _check_form(form, to_layout, output)
-    result = convert_read(ckpt, to_layout, selection)
+    if ckpt is source:
+        result = convert_read(ckpt, to_layout, selection)
+    else:
+        table = layout(to_layout, ckpt.config)
+        result = convert_reading(reading, ckpt.config, table, selection, str(ckpt.path))
     metadata = {
         LAYOUT_KEY: recorded_as(to_layout),
         SOURCE_KEY: src.name,
@@ -165,6 +173,14 @@ def _convert_into(
     nonfinite = storage.nonfinite_soon(ckpt.state_dict, storage.transposes(result.state_dict))
     written = write_checkpoint(output, result.state_dict, config, metadata, src.path, form)
     return Converted(ckpt, result, written, nonfinite())
+
+
+def _held_as_bert(ckpt: Checkpoint, to_layout: str) -> bool:
+    """Is `to_layout` a BERT's (a table of yours, minbert) that `ckpt`'s type (RoBERTa, ELECTRA,
+    DistilBERT) has none of: written as a BERT holds it (family.py)?"""
+    kind = ckpt.config.model_type
+    own = is_table_file(to_layout) or to_layout not in layout_names(kind)
+    return kind != "bert" and own and "bert" in catalog.architecture(kind)
 
 
 def _check_form(form: str, to_layout: str, output: files.Output) -> None:

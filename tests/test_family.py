@@ -107,10 +107,36 @@ def test_left_padded_batches_equal_transformers_at_real_positions(name, family, 
         assert (got.logits[real] - want.logits[real]).abs().max() < 1e-5
 
 
-def test_a_layout_without_a_table_for_the_type_is_refused_naming_why(family, tmp_path, cli):
-    code, _, err = cli("convert", family["RobertaModel"], "--to", "minbert", "--out", tmp_path)
-    assert code == 4 and "layout 'minbert' has no table for model_type 'roberta'" in err, err
-    assert "bertconv, transformers" in err and not any(tmp_path.iterdir())
+def test_a_bert_layout_takes_a_roberta_as_a_bert_holds_it(family, tmp_path, cli):
+    """minbert's model is a BERT: RoBERTa's weights go in as family.py holds them (positions
+    from 0, two token types), and verify as a BERT; minbert's pooler is one a masked LM lacks."""
+    out = tmp_path / "minbert"
+    assert cli("convert", family["RobertaModel"], "--to", "minbert", "--out", out)[0] == 0
+    assert json.loads((out / "config.json").read_text())["max_position_embeddings"] == 32
+    code, said, err = cli("verify", out, "--device", "cpu")
+    assert code == 0 and "PASSED" in said, said + err
+    code, _, err = cli("convert", family["RobertaForMaskedLM"], "--to", "minbert", "--out", out)
+    assert code == 4 and "cannot do without the pooler" in err, err
+
+
+def test_convert_into_your_table_fits_your_bert(family, tmp_path, cli):
+    import sys
+    from pathlib import Path
+
+    zoo, table, out = Path(__file__).parent / "zoo", tmp_path / "table.toml", tmp_path / "out"
+    config = family["XLMRobertaModel"] / "config.json"
+    assert (
+        cli("infer", f"{zoo}/family_bert.py:PooledBert", "--config", config, "--out", table)[0] == 0
+    )
+    assert cli("convert", family["XLMRobertaModel"], "--to", table, "--out", out)[0] == 0
+    sys.path.insert(0, str(zoo))
+    try:
+        from family_bert import PooledBert
+    finally:
+        sys.path.remove(str(zoo))
+    fields = json.loads((out / "config.json").read_text())
+    model = PooledBert(type("Config", (), fields)())
+    model.load_state_dict(load_file(out / "model.safetensors"), strict=True)
 
 
 def test_fetch_carries_a_roberta_tokenizer_into_the_output(family, tmp_path):
