@@ -179,7 +179,7 @@ def tokenizer_batch(path: Path, config: BertConfig) -> dict[str, torch.Tensor] |
     if tok is None:
         return None
     tok.enable_padding(pad_id=config.pad_token_id)
-    tok.enable_truncation(config.max_position_embeddings)
+    tok.enable_truncation(positions(config))
     try:
         encodings = tok.encode_batch([a if b is None else (a, b) for a, b in TEXTS])
     except Exception as e:  # tokenizers raises its own Exception for a vocabulary it cannot use
@@ -190,7 +190,7 @@ def tokenizer_batch(path: Path, config: BertConfig) -> dict[str, torch.Tensor] |
         ) from None
     # Truncation keeps the special tokens whatever max_length says: a model of very few
     # positions gets the first of them.
-    keep = config.max_position_embeddings
+    keep = positions(config)
     ids = torch.tensor([e.ids for e in encodings])[:, :keep]
     if ids.numel() and int(ids.max()) >= config.vocab_size:
         raise CheckpointError(
@@ -241,13 +241,17 @@ def _lowercase(path: Path) -> bool:
     return lowercase
 
 
+def positions(config: BertConfig) -> int:
+    """How many tokens a sequence may have: RoBERTa's reserved rows are no position."""
+    after_pad = catalog.numbers_positions_after_pad(config.model_type)
+    return config.max_position_embeddings - (config.pad_token_id + 1 if after_pad else 0)
+
+
 def random_batch(config: BertConfig, length: int = RANDOM_LENGTH) -> dict[str, torch.Tensor]:
     """Random ids and token types, every row but the first padded to a random length: the pad
     id at every padded place, and never among the real tokens (RoBERTa tells them apart by it)."""
     g = torch.Generator().manual_seed(SEED)
-    after_pad = catalog.numbers_positions_after_pad(config.model_type)
-    positions = config.max_position_embeddings - (config.pad_token_id + 1 if after_pad else 0)
-    shape = (RANDOM_BATCH, max(1, min(length, positions)))
+    shape = (RANDOM_BATCH, max(1, min(length, positions(config))))
     lengths = torch.randint(min(2, shape[1]), shape[1] + 1, (shape[0],), generator=g)
     lengths[0] = shape[1]
     mask = (torch.arange(shape[1]) < lengths[:, None]).long()

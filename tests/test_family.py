@@ -206,3 +206,25 @@ def test_a_from_scratch_bert_passes_on_electra_and_distilbert(name, family, tmp_
     assert code == 0 and "PASSED" in out, out + err
     if name == "ElectraForPreTraining":
         assert "discriminator: electra's head has no place in BERT" in out
+
+
+def test_verify_tokenizes_with_a_roberta_tokenizer_within_its_positions(tmp_path, cli):
+    """A byte-level BPE tokenizer.json, texts longer than the model's positions: truncated to
+    max_position_embeddings less RoBERTa's reserved rows, padded with its pad id."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    sizes = SIZES | {"vocab_size": 100, "max_position_embeddings": 12}
+    model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(**sizes))
+    _moved(model, 7)
+    model.save_pretrained(tmp_path)
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()[:50]
+    special = ["<s>", "<pad>", "</s>", "<unk>"]
+    trainer = trainers.BpeTrainer(vocab_size=80, special_tokens=special, initial_alphabet=alphabet)
+    tokenizer.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 10, trainer)
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    code, out, err = cli("verify", tmp_path, "--device", "cpu")
+    assert code == 0 and "inputs: tokenized text, random ids" in out and "PASSED" in out, out + err
