@@ -441,8 +441,23 @@ def verify(
     if layout is not None and model is None:
         raise UsageError("--layout names the table of --model's names; give --model too")
     report = run_verify(source, device, dtype, revision, from_layout, model, layout)
-    show(json.dumps(report.to_dict(), indent=2) if as_json else format_report(report))
+    show(json.dumps(_strict(report.to_dict()), indent=2) if as_json else format_report(report))
     raise typer.Exit(0 if report.passed else 1)
+
+
+def _strict(value):
+    """JSON that every parser reads: a NaN or an infinity (a model's output) as null, and
+    `nonfinite_values` true beside it, since JSON has no such numbers."""
+    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+        return None
+    if isinstance(value, dict):
+        out = {k: _strict(v) for k, v in value.items()}
+        if any(v is None and value[k] is not None for k, v in out.items()):
+            out["nonfinite_values"] = True
+        return out
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    return value
 
 
 def format_report(report) -> str:

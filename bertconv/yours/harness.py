@@ -13,10 +13,12 @@ The forward is called by parameter name, then by elimination (`plan`).
 import importlib
 import importlib.util
 import inspect
+import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -206,6 +208,8 @@ def _module_name(path: Path) -> tuple[str, Path]:
     """The name Python would import a file under, and the directory that makes it importable: a
     file inside packages (beside an `__init__.py`) is `pkg.sub.file`, so that its relative
     imports work; any other is its stem, its own directory on the path."""
+    if not path.stem.isidentifier():  # bert.v2.py, my-bert.py: imported by its path alone
+        return "bertconv_user_" + re.sub(r"\W", "_", path.stem), path.parent
     parts, directory = [path.stem], path.parent
     while (directory / "__init__.py").is_file() and directory.name.isidentifier():
         parts.insert(0, directory.name)
@@ -251,9 +255,10 @@ def _importing(root: Path, program: str):
 @contextmanager
 def guarded(spec: str, doing: str, advice: str = ""):
     """The user's code raising or exiting is reported as theirs: what, and where in their code
-    (and `advice`, what to do)."""
+    (and `advice`, what to do); what it prints goes to stderr."""
     try:
-        yield
+        with to_stderr():
+            yield
     except (UsageError, KeyboardInterrupt):
         raise
     except SystemExit as e:
@@ -261,12 +266,34 @@ def guarded(spec: str, doing: str, advice: str = ""):
             f"--model {spec!r}: {doing}, the model's code called sys.exit({e.code!r})"
             f"{_where(e)}; bertconv compared nothing{advice}"
         ) from None
-    except (Exception, RecursionError) as e:  # the user's code: whatever it raises
+    except BaseException as e:  # the user's code: whatever it raises
         message = (str(e).splitlines() or [""])[0][:300]
         raise UserCodeError(
             f"--model {spec!r}: {doing}, the model's code raised {type(e).__name__}: "
             f"{message}{_where(e)}{advice}"
         ) from None
+
+
+@contextmanager
+def to_stderr():
+    """What the user's code prints (a `print` in a forward, a C extension's output) goes to
+    stderr, at Python's level and the file descriptor's: stdout holds only bertconv's output,
+    a table or a JSON report that must parse."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def raised_by_model(error: BaseException) -> bool:
+    """Was `error` raised in the user's code (not in bertconv's, torch's or Python's)?"""
+    return bool(_where(error))
 
 
 def _where(error: BaseException) -> str:
@@ -290,7 +317,15 @@ def construct(factory: Callable, spec: str, config: Config) -> nn.Module:
         model = factory(config) if kwargs is None else factory(**kwargs)
     if not isinstance(model, nn.Module):
         raise UsageError(f"--model {spec!r}: gives a {type(model).__name__}, not an nn.Module")
-    return model.eval()
+    meta = [n for n, t in model.state_dict().items() if t.is_meta]
+    if meta:
+        raise UserCodeError(
+            f"--model {spec!r}: its tensors are on the meta device ({', '.join(meta[:4])}): they "
+            "hold no values for bertconv to load into. Build the model on the CPU"
+        )
+    with guarded(spec, "putting it in eval mode"):
+        nn.Module.train(model, False)  # torch's own: an override may return nothing
+    return model
 
 
 def _size_arguments(factory: Callable, config: Config) -> dict | None:
@@ -314,7 +349,7 @@ def load_weights(
     """Strictly: every tensor the model holds comes from the checkpoint, and none is left over,
     but the buffers it makes itself and `absent` (heads the checkpoint has none of)."""
     own_buffers = {n for n, _ in model.named_buffers()}
-    result = model.load_state_dict(tensors, strict=False)
+    result = nn.Module.load_state_dict(model, tensors, strict=False)  # not an override of its
     missing = [n for n in result.missing_keys if n not in own_buffers and n not in absent]
     wrong = [
         f"{name}: {tuple(t.shape)} in the model, {tuple(tensors[name].shape)} converted"
@@ -450,7 +485,8 @@ class Harness:
             "lengths": lambda: mask.sum(-1),
             "masked_positions": lambda: torch.arange(mask.shape[-1]).repeat(len(mask), 1),
         }
-        args = {theirs: values[ours]() for theirs, ours in self.plan.arguments.items()}
+        # each call its own copy: a forward may write into what it is given (its mask)
+        args = {theirs: values[ours]().clone() for theirs, ours in self.plan.arguments.items()}
         return self.model(**args) if self.plan.keywords else self.model(*args.values())
 
     def varies(self, run: Run) -> bool:
@@ -464,7 +500,7 @@ class Harness:
         """A traced forward on a prepared batch. The user's code raising is theirs (guard), or,
         where a candidate table may break it, the caller's to handle."""
         trace = Trace(self.model, dict(batch))
-        user = guarded(self.spec, "running its forward") if guard else nullcontext()
+        user = guarded(self.spec, "running its forward") if guard else to_stderr()
         with torch.inference_mode(), trace, user:
             output = self.call(batch)
         return Run(trace, output, batch)

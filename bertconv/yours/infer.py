@@ -30,7 +30,7 @@ from ..family import bert_config_dict
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
 from . import assign
-from .harness import Harness, load
+from .harness import Harness, guarded, load, raised_by_model
 from .reading import anchors, outputs_of, read
 from .trace import Trace, weights
 from .units import UNUSED, layer_index, layer_pattern, units_from
@@ -94,6 +94,7 @@ class Probe:
         self.batch = harness.prepare(random_batch(config, PROBE_LENGTH))
         self.expected = compared(self.reference, self.batch, self.heads)
         self.trials = 0
+        self.errors: list[BaseException] = []  # what the user's forward raised, trial by trial
 
     def _laid_out(self, table, raw: dict, torch_=False) -> dict:
         """The official tensors laid out by `table` with `raw`'s groups: trees of their names,
@@ -123,7 +124,14 @@ class Probe:
         try:  # a wrong candidate may break the user's forward, or its reading, in any way
             run, _, found = self.traced(raw)
             got = outputs_of(run, found, self.heads)[0]
-        except Exception:
+        except KeyboardInterrupt:
+            raise
+        except SystemExit:  # the model's own code ends the process: said as verify says it
+            with guarded(self.harness.spec, "running its forward"):
+                raise
+        except BaseException as e:
+            if raised_by_model(e):  # not a candidate table that does not fit
+                self.errors.append(e)
             return None
         return {
             label: (got[label].float() - expected).abs().max().item()
@@ -412,6 +420,9 @@ class Search:
     def _why(self, found) -> str:
         distances = self.best[1]
         none = "no assignment of its tensors makes it compute BERT"
+        if distances is None and len(self.probe.errors) == self.probe.trials:
+            with guarded(self.harness.spec, "running its forward with every candidate table"):
+                raise self.probe.errors[0]  # the model's error, not a verdict on it (exit 2)
         if distances is None:
             return (
                 f"{none}: with each, its forward fails or its outputs have other shapes than BERT's"

@@ -1,0 +1,81 @@
+"""The user's own code misbehaving (issue 26, tests/zoo/misbehaving.py): what it prints goes to
+stderr, so that stdout parses; its exits and exceptions of any kind are its own (exit 2, said
+where); it may write into its inputs, override torch's methods carelessly, sit in a file whose
+name is no module name; verify --json stays strict JSON."""
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ZOO = Path(__file__).parent / "zoo"
+MODEL = ZOO / "misbehaving.py"
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory, minilm) -> Path:
+    from bertconv.cli import run
+
+    out = tmp_path_factory.mktemp("misbehaving") / "bert.toml"
+    assert (
+        run(["infer", f"{MODEL}:Bert", "--config", str(minilm / "config.json"), "--out", str(out)])
+        == 0
+    )
+    return out
+
+
+def test_prints_go_to_stderr_so_that_json_and_tables_parse(table, minilm, cli):
+    code, out, err = cli(
+        "verify", minilm, "--model", f"{MODEL}:Prints", "--layout", table, "--json"
+    )
+    assert code == 0 and json.loads(out)["passed"], out + err
+    assert "forward torch.Size" in err  # its print, on stderr
+    code, out, err = cli("infer", f"{MODEL}:Prints", "--config", minilm / "config.json")
+    assert code == 0 and tomllib.loads(out)["encoder"], out + err
+
+
+@pytest.mark.parametrize("name", ["WritesIntoItsMask", "CarelessOverrides"])
+def test_a_model_computing_bert_passes_whatever_else_it_does(name, table, minilm, cli):
+    code, out, err = cli("verify", minilm, "--model", f"{MODEL}:{name}", "--layout", table)
+    assert code == 0 and "PASSED" in out, out + err
+
+
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        ("Exits", "the model's code called sys.exit(3)"),
+        ("RaisesBaseException", "the model's code raised Stop: stop here"),
+        ("AlwaysRaises", "the model's code raised RuntimeError: CUDA is required"),
+        ("on_meta", "its tensors are on the meta device"),
+    ],
+)
+@pytest.mark.parametrize("command", ["infer", "verify"])
+def test_the_models_own_fault_is_exit_2_said_as_its_own(command, name, said, table, minilm, cli):
+    spec, config = f"{MODEL}:{name}", minilm / "config.json"
+    args = ["--config", config] if command == "infer" else [minilm, "--layout", table]
+    code, _, err = cli(
+        command, *([spec, *args] if command == "infer" else [args[0], "--model", spec, *args[1:]])
+    )
+    assert code == 2 and said in err and "Traceback" not in err, err
+    if name not in ("on_meta",):
+        assert "misbehaving.py:" in err  # where in the model's code
+
+
+def test_a_file_whose_name_is_no_module_name_is_imported_by_its_path(table, minilm, cli, tmp_path):
+    for neighbour in ("misbehaving.py", "head_parts.py"):
+        shutil.copy(ZOO / neighbour, tmp_path / neighbour)
+    (tmp_path / "misbehaving.py").rename(tmp_path / "bert.v2.py")
+    spec = f"{tmp_path / 'bert.v2.py'}:Bert"
+    code, out, err = cli("verify", minilm, "--model", spec, "--layout", table)
+    assert code == 0 and "PASSED" in out, out + err
+
+
+def test_verify_json_is_strict_where_a_model_returns_nan(table, minilm, cli):
+    code, out, err = cli(
+        "verify", minilm, "--model", f"{MODEL}:ReturnsNaN", "--layout", table, "--json"
+    )
+    assert code == 1, out + err
+    report = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert report["passed"] is False and "nonfinite_values" in out
