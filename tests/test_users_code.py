@@ -64,7 +64,7 @@ def test_the_models_own_fault_is_exit_2_said_as_its_own(command, name, said, tab
 
 
 def test_a_file_whose_name_is_no_module_name_is_imported_by_its_path(table, minilm, cli, tmp_path):
-    for neighbour in ("misbehaving.py", "head_parts.py"):
+    for neighbour in ("misbehaving.py", "family_bert.py", "head_parts.py"):
         shutil.copy(ZOO / neighbour, tmp_path / neighbour)
     (tmp_path / "misbehaving.py").rename(tmp_path / "bert.v2.py")
     spec = f"{tmp_path / 'bert.v2.py'}:Bert"

@@ -6,21 +6,9 @@ model's own is exit 2, said as its own."""
 import sys
 
 import torch
-from head_parts import Encoder
-from torch import nn
+from family_bert import PooledBert as Bert
 
 print("model file imported")  # most from-scratch BERTs print something
-
-
-class Bert(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.bert = Encoder(config)
-        self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
-
-    def forward(self, input_ids, attention_mask, token_type_ids):
-        x = self.bert(input_ids, attention_mask, token_type_ids)
-        return x, torch.tanh(self.pooler(x[:, 0]))
 
 
 class Prints(Bert):
