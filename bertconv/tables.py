@@ -192,7 +192,7 @@ def _line(text: str, key: str) -> str:
         stripped = line.strip()
         if stripped.startswith((f'"{key}"', f"{key} ", f"{key}=", f"[{key}]")):
             return f"line {number} ({key})"
-    return key
+    return key if key.isprintable() else repr(key)  # never a control character to a terminal
 
 
 def _schema_problems(table: dict) -> list[tuple[str, str]]:

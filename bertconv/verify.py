@@ -438,6 +438,7 @@ class Yours(Ours):
         _misplaced(table, ckpt.config, (reading.groups - kept, groups - kept), shapes, spec)
         absent = _head_names(table, ckpt.config, groups - kept)
         absent -= _head_names(table, ckpt.config, kept)
+        model.float()  # built in half precision, say: the weights as read, not rounded on load
         load_weights(model, spec, self._tensors(), absent | table.own)
         self.notes = _not_compared(table, ckpt.config, groups - kept, kept)
         self.anchors = anchors(table, ckpt.config, set(self.conversion.groups))

@@ -79,3 +79,21 @@ def test_verify_json_is_strict_where_a_model_returns_nan(table, minilm, cli):
     assert code == 1, out + err
     report = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert report["passed"] is False and "nonfinite_values" in out
+
+
+def test_a_model_built_in_half_precision_is_verified_on_the_weights_as_read(table, minilm, cli):
+    code, out, err = cli("verify", minilm, "--model", f"{MODEL}:BuiltInHalf", "--layout", table)
+    assert code == 0 and "PASSED" in out, out + err
+
+
+def test_a_one_layer_config_is_inferred(tmp_path, cli):
+    config = tmp_path / "config.json"
+    sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
+    config.write_text(json.dumps(sizes | {"vocab_size": 100, "max_position_embeddings": 40}))
+    code, out, err = cli("infer", f"{MODEL}:Bert", "--config", config)
+    assert code == 0 and "{layer}" in out, out + err
+
+
+def test_names_no_table_can_hold_are_refused_by_name(tmp_path, cli):
+    code, out, err = cli("infer", f"{MODEL}:Braces", "--out", tmp_path / "t.toml")
+    assert code == 2 and "'{layer}.weight'" in err and not (tmp_path / "t.toml").exists(), err

@@ -25,7 +25,7 @@ import torch
 from .. import storage
 from ..catalog import ENCODER, architecture, shapes
 from ..config import BertConfig
-from ..errors import NotBertError
+from ..errors import NotBertError, UsageError
 from ..family import bert_config_dict
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
@@ -242,6 +242,8 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     # A config.json naming its classes is transformers': without id2label, num_labels is 2.
     # a RoBERTa's (ELECTRA's, DistilBERT's) config.json as a from-scratch BERT takes it
     config_dict = bert_config_dict(config_dict) if config_dict else config_dict
+    if (config_dict or {}).get("num_hidden_layers", 2) == 1:  # a layer's names need two to tell
+        config_dict = {**config_dict, "num_hidden_layers": 2}  # {layer} apart; a table has any
     probe = PROBE | ({"num_labels": 2} if "architectures" in (config_dict or {}) else {})
     config = BertConfig.from_dict({**probe, **(config_dict or {})}, "--config")
     from ..verify import random_batch
@@ -252,6 +254,13 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     state = harness.model.state_dict()
     params = set(weights(harness.model))
     tensors = {n: t for n, t in state.items() if n in params}
+    unnamable = [n for n in tensors if "{" in n or "}" in n or not n.isprintable()]
+    if unnamable:  # a table reads braces as {layer}, and holds printable names only
+        raise UsageError(
+            f"--model {spec!r}: names tensors no table can hold "
+            f"({', '.join(map(repr, unnamable[:4]))}): braces are a table's {{layer}}, and a "
+            "name must be printable; rename the module or parameter"
+        )
     _refuse_stacked(tensors, config, spec)
     generated = generated_buffers(state, params, config)
     user = _model(run.trace, tensors, config, (config_dict or {}).get("architectures"))

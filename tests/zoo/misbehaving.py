@@ -61,3 +61,23 @@ class ReturnsNaN(Bert):
     def forward(self, input_ids, attention_mask, token_type_ids):
         x, pooled = super().forward(input_ids, attention_mask, token_type_ids)
         return x * float("nan"), pooled
+
+
+class BuiltInHalf(Bert):
+    """Built in half precision, as a model meant for a GPU often is: verified in float32, the
+    weights as read."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.half()
+
+
+class Braces(Bert):
+    def __init__(self, config):
+        super().__init__(config)
+        self.add_module("{layer}", self.pooler)
+        del self.pooler
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        x = self.bert(input_ids, attention_mask, token_type_ids)
+        return x, torch.tanh(getattr(self, "{layer}")(x[:, 0]))
