@@ -43,6 +43,9 @@ TEXTS = [
     ("I went to the bank", "to deposit my paycheck before the river flooded the town."),
 ]
 RANDOM_BATCH, RANDOM_LENGTH, SEED = 4, 48, 0
+# config.json fields transformers acts on that leave BERT's arithmetic as it is (bertconv's model
+# has no use for them), named where transformers fails on them
+ACTED_ON = ("chunk_size_feed_forward",)
 CHOICES = 2  # multiple choice: a batch's rows are taken in twos, as the choices of one question
 TOKENIZER_LIMIT = 256 << 20  # bytes; the largest real tokenizer.json files are ~20 MB
 
@@ -370,7 +373,15 @@ def _reference(ckpt, reading: Reading, batches, device, dtypes) -> dict[tuple, d
     unique = {_key(f): f for f in (form.prepare(b) for b in batches for form in forms)}
     with _no_tf32():  # float32 first: the weights as read, before they are cast
         order = sorted(dtypes, key=lambda t: t != torch.float32)
-        return {(t, k): theirs.run([b], device, t) for t in order for k, b in unique.items()}
+        try:
+            return {(t, k): theirs.run([b], device, t) for t in order for k, b in unique.items()}
+        except Exception as e:  # transformers' own forward, on what config.json asks of it
+            reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
+            asked = [f"{k}={v!r}" for k, v in ckpt.config_dict.items() if k in ACTED_ON and v]
+            fields = f" (config.json's {', '.join(asked)})" if asked else ""
+            raise CheckpointError(
+                f"{ckpt.path}: transformers cannot compute it on verify's batches{fields}: {reason}"
+            ) from None
 
 
 def _looked_up(computed: dict, dtype: torch.dtype, batches) -> dict[Output, torch.Tensor]:

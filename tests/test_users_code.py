@@ -97,3 +97,31 @@ def test_a_one_layer_config_is_inferred(tmp_path, cli):
 def test_names_no_table_can_hold_are_refused_by_name(tmp_path, cli):
     code, out, err = cli("infer", f"{MODEL}:Braces", "--out", tmp_path / "t.toml")
     assert code == 2 and "'{layer}.weight'" in err and not (tmp_path / "t.toml").exists(), err
+
+
+def test_a_projects_own_modules_named_as_bertconvs_dependencies_change_nothing(
+    table, minilm, tmp_path, cli
+):
+    """tokenizers.py, safetensors.py, numpy.py beside the model file: bertconv's own imports are
+    made before the model's directory is on the path."""
+    for neighbour in ("family_bert.py", "head_parts.py"):
+        shutil.copy(ZOO / neighbour, tmp_path / neighbour)
+    for module in ("tokenizers", "safetensors", "numpy"):
+        (tmp_path / f"{module}.py").write_text(f"raise ImportError('the project\\'s own {module}')")
+    spec, config = f"{tmp_path / 'family_bert.py'}:PooledBert", minilm / "config.json"
+    assert cli("infer", spec, "--config", config, "--out", tmp_path / "t.toml")[0] == 0
+    code, out, err = cli("verify", minilm, "--model", spec, "--layout", table)
+    assert code == 0 and "PASSED" in out, out + err
+
+
+def test_a_config_transformers_cannot_run_is_exit_4_naming_the_field(tmp_path, cli):
+    import transformers
+
+    config = transformers.BertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, chunk_size_feed_forward=7,
+    )  # fmt: skip
+    transformers.BertModel(config).save_pretrained(tmp_path)
+    code, _, err = cli("verify", tmp_path, "--device", "cpu")
+    assert code == 4 and "config.json's chunk_size_feed_forward=7" in err, err
+    assert "transformers cannot compute it" in err and "Traceback" not in err
