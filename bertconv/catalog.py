@@ -129,6 +129,11 @@ def numbers_positions_after_pad(model_type: str) -> bool:
     return architecture(model_type).get("positions") == AFTER_PAD
 
 
+def reserved_positions(config: BertConfig) -> int:
+    """Rows of the position table no token reads as a position: RoBERTa's, up to the pad id."""
+    return config.pad_token_id + 1 if numbers_positions_after_pad(config.model_type) else 0
+
+
 def sections(table: dict) -> list[tuple[str, dict]]:
     """(group, rows) for the encoder, its relative positions and each group, in order: a
     catalog's and a layout's table's alike."""

@@ -12,6 +12,7 @@ each architecture's catalog, in its [bert] section, never decided here:
                     in BERT, ELECTRA's discriminator, is left out and not compared).
 """
 
+import re
 from dataclasses import replace
 
 from . import catalog, storage
@@ -27,15 +28,12 @@ def bert_config_dict(config_dict: dict) -> dict:
     """config.json as a BERT's: BERT's field names, positions from 0 (RoBERTa's reserved rows
     left out), two token types, the type's own eps; the same in infer and verify --model."""
     config = BertConfig.from_dict(config_dict)
-    if catalog.family(config.model_type) == "bert" and config.model_type == "bert":
+    if "bert" not in catalog.architecture(config.model_type):  # BERT (or a variant) already
         return config_dict
-    reserved = (
-        config.pad_token_id + 1 if catalog.numbers_positions_after_pad(config.model_type) else 0
-    )
     bert = replace(
         config,
         model_type="bert",
-        max_position_embeddings=config.max_position_embeddings - reserved,
+        max_position_embeddings=config.max_position_embeddings - catalog.reserved_positions(config),
         type_vocab_size=max(TYPES, config.type_vocab_size),
     )
     return config_dict | vars(bert)
@@ -74,18 +72,15 @@ def _made(name: str, shape, rules: dict, theirs: dict, config: BertConfig) -> st
     if "two_rows" in rule:
         one = theirs[rule["two_rows"]]
         return storage.join_rows([one] * (shape[0] // one.shape[0]))
-    source = theirs[rule["rows_after_pad"]]
-    reserved = config.pad_token_id + 1
+    source, reserved = theirs[rule["rows_after_pad"]], catalog.reserved_positions(config)
     return storage.split_rows(source, [reserved, source.shape[0] - reserved])[1]
 
 
 def _rule(name: str, rules: dict):
     """The rule for `name` (a pattern's {layer} its index), or the same name."""
     for pattern, rule in rules.items():
-        before, _, after = pattern.partition("{layer}")
-        index = name[len(before) : len(name) - len(after)] if after or "{layer}" in pattern else ""
-        if pattern == name or (
-            index.isdigit() and name.startswith(before) and name.endswith(after)
-        ):
+        found = re.fullmatch(re.escape(pattern).replace(r"\{layer\}", r"(\d+)"), name)
+        if found:
+            index = found.group(1) if found.groups() else ""
             return rule.replace("{layer}", index) if isinstance(rule, str) else rule
     return name

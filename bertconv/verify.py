@@ -246,8 +246,7 @@ def _lowercase(path: Path) -> bool:
 
 def positions(config: BertConfig) -> int:
     """How many tokens a sequence may have: RoBERTa's reserved rows are no position."""
-    after_pad = catalog.numbers_positions_after_pad(config.model_type)
-    return config.max_position_embeddings - (config.pad_token_id + 1 if after_pad else 0)
+    return config.max_position_embeddings - catalog.reserved_positions(config)
 
 
 def random_batch(config: BertConfig, length: int = RANDOM_LENGTH) -> dict[str, torch.Tensor]:
@@ -290,8 +289,8 @@ def verify(
     reading = official(ckpt)  # handed on to every model below, and to the diagnosis
     batches = inputs(src.path, ckpt.config, reading.model_class)
     # RoBERTa's positions follow the padding: a from-scratch BERT's, left-padded, do not
-    left = catalog.numbers_positions_after_pad(ckpt.config.model_type) and model is not None
-    left = left_padded(batches["random ids"]) if left else None
+    after_pad = catalog.numbers_positions_after_pad(ckpt.config.model_type)
+    left = left_padded(batches["random ids"]) if after_pad and model is not None else None
     every = [*batches.values(), *([left] if left else [])]
     computed = _reference(ckpt, reading, every, dev, {torch.float32, DTYPES[dtype]})
     if model is None:
