@@ -121,7 +121,7 @@ def test_bertconvs_own_model_of_every_kind_agrees_at_every_step(kind, model_clas
     from bertconv.config import BertConfig
     from bertconv.mapping import layout
     from bertconv.outputs import EMBEDDINGS, POOLER, layer
-    from bertconv.verify import random_batch
+    from bertconv.batches import random_batch
     from bertconv.yours.diagnose import diagnose
     from bertconv.yours.harness import Harness, Plan
     from bertconv.yours.reading import anchors, read

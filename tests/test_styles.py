@@ -28,6 +28,7 @@ STYLES = {
     "style_held.py:BufferBert": "(B, T), 1 at the tokens",
     "style_held.py:ScriptedPoolerBert": "(B, T), 1 at the tokens",
     "style_pretraining.py:PretrainingBert": None,
+    "style_time_first.py:TimeFirstBert": "(B, T), True at the padding",
 }
 
 
@@ -43,7 +44,7 @@ def test_each_style_is_inferred_and_verified_on_minilm(name, minilm, tmp_path, c
 
 @pytest.mark.parametrize("name", STYLES)
 def test_the_harness_says_which_mask_form_the_forward_takes(name):
-    from bertconv.verify import random_batch
+    from bertconv.batches import random_batch
 
     config = bertconv.BertConfig(
         hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96
@@ -56,7 +57,7 @@ def test_the_harness_says_which_mask_form_the_forward_takes(name):
 
 
 def test_a_scripted_function_runs_as_python_where_the_trace_sees_it():
-    from bertconv.verify import random_batch
+    from bertconv.batches import random_batch
 
     config = bertconv.BertConfig(num_hidden_layers=1)
     model = harness.load(str(ZOO / "style_fused.py:FusedBert"), {}, config, random_batch(config))

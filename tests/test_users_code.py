@@ -125,3 +125,38 @@ def test_a_config_transformers_cannot_run_is_exit_4_naming_the_field(tmp_path, c
     code, _, err = cli("verify", tmp_path, "--device", "cpu")
     assert code == 4 and "config.json's chunk_size_feed_forward=7" in err, err
     assert "transformers cannot compute it" in err and "Traceback" not in err
+
+
+def test_a_time_first_model_is_read_right_where_rows_and_tokens_are_as_many(tmp_path, cli):
+    """A checkpoint of 4 positions: verify's batches would be 4 rows of 4 tokens, and a model's
+    (tokens, batch, features) outputs would read as (batch, tokens, features). Its batches have
+    two rows more."""
+    import torch
+    import transformers
+
+    from tiny import TINY, VOCAB
+
+    torch.manual_seed(0)
+    small = transformers.BertConfig(**TINY | {"max_position_embeddings": 4})
+    transformers.BertModel(small).save_pretrained(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    spec, table = f"{ZOO / 'style_time_first.py'}:TimeFirstBert", tmp_path / "t.toml"
+    code, _, err = cli("infer", spec, "--config", tmp_path / "ckpt" / "config.json", "--out", table)
+    assert code == 0, err
+    code, out, err = cli("verify", tmp_path / "ckpt", "--model", spec, "--layout", table)
+    assert code == 0 and "PASSED" in out and "tokenized text" in out, out + err
+
+
+@pytest.mark.parametrize("rows, length", [(4, 4), (1, 1), (2, 2), (4, 6)])
+def test_every_batch_has_a_row_count_other_than_its_length(rows, length):
+    import torch
+
+    from bertconv.batches import CHOICES, apart
+
+    batch = {"input_ids": torch.arange(rows * length).view(rows, length)}
+    batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+    got = apart(batch)
+    assert got["input_ids"].shape[0] != length and got["input_ids"].shape[1] == length
+    assert torch.equal(got["input_ids"][:rows], batch["input_ids"])
+    assert rows == length or got is batch
+    assert (got["input_ids"].shape[0] - rows) % CHOICES == 0

@@ -77,7 +77,7 @@ class Probe:
     tables take views of them: no copy (440 MB at bert-base size)."""
 
     def __init__(self, harness: Harness, config: BertConfig, groups: frozenset[str], raw: dict):
-        from ..verify import random_batch
+        from ..batches import random_batch
 
         self.harness, self.config = harness, config
         self.model_class = class_for(set(groups), config.model_type)
@@ -246,7 +246,7 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
         config_dict = {**config_dict, "num_hidden_layers": 2}  # {layer} apart; a table has any
     probe = PROBE | ({"num_labels": 2} if "architectures" in (config_dict or {}) else {})
     config = BertConfig.from_dict({**probe, **(config_dict or {})}, "--config")
-    from ..verify import random_batch
+    from ..batches import random_batch
 
     batch = random_batch(config, PROBE_LENGTH)
     harness = load(spec, config_dict or {}, config, batch)

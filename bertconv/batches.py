@@ -1,0 +1,154 @@
+"""The batches verify runs both models on: the checkpoint's own tokenizer on a few real sentences
+(where it ships one), and random ids, each padded. Every batch has a row count other than its
+length, so that a model's outputs read (tokens, batch, features) are told from (batch, tokens,
+features) by their shape alone."""
+
+import os
+from pathlib import Path
+
+import torch
+
+from . import catalog, files
+from .config import BertConfig
+from .errors import CheckpointError
+
+# Real text for the checkpoint's own tokenizer: single sentences and pairs (token types 0 and 1),
+# of different lengths so that the batch is padded.
+TEXTS = [
+    ("The quick brown fox jumps over the lazy dog.", None),
+    ("Where did you put the keys?", "They are on the kitchen table, next to the bread."),
+    ("BERT reads a sentence in both directions at once.", None),
+    ("I went to the bank", "to deposit my paycheck before the river flooded the town."),
+]
+RANDOM_BATCH, RANDOM_LENGTH, SEED = 4, 48, 0
+# config.json fields transformers acts on that leave BERT's arithmetic as it is (bertconv's model
+CHOICES = 2  # multiple choice: a batch's rows are taken in twos, as the choices of one question
+TOKENIZER_LIMIT = 256 << 20  # bytes; the largest real tokenizer.json files are ~20 MB
+
+
+def tokenizer_batch(path: Path, config: BertConfig) -> dict[str, torch.Tensor] | None:
+    """TEXTS through the checkpoint's own tokenizer, padded; None where it ships none."""
+    tok = _tokenizer(path)
+    if tok is None:
+        return None
+    tok.enable_padding(pad_id=config.pad_token_id)
+    tok.enable_truncation(positions(config))
+    try:
+        encodings = tok.encode_batch([a if b is None else (a, b) for a, b in TEXTS])
+    except Exception as e:  # tokenizers raises its own Exception for a vocabulary it cannot use
+        reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        raise CheckpointError(
+            f"{path}: its tokenizer cannot encode text ({reason}); a BERT vocabulary has [UNK], "
+            "[CLS], [SEP] and [PAD]"
+        ) from None
+    # Truncation keeps the special tokens whatever max_length says: a model of very few
+    # positions gets the first of them.
+    keep = positions(config)
+    ids = torch.tensor([e.ids for e in encodings])[:, :keep]
+    if ids.numel() and int(ids.max()) >= config.vocab_size:
+        raise CheckpointError(
+            f"{path}: its tokenizer gives ids up to {int(ids.max())}, but config.json says "
+            f"vocab_size={config.vocab_size}: the tokenizer is not this model's"
+        )
+    return apart(
+        {
+            "input_ids": ids,
+            "attention_mask": torch.tensor([e.attention_mask for e in encodings])[:, :keep],
+            # A model with one token type (type_vocab_size=1) reads a pair's second part as type 0.
+            "token_type_ids": torch.tensor([e.type_ids for e in encodings])[:, :keep].clamp(
+                max=config.type_vocab_size - 1
+            ),
+        }
+    )
+
+
+def _tokenizer(path: Path):
+    """The checkpoint's own tokenizer: tokenizer.json, else vocab.txt; None where neither is."""
+    from tokenizers import Tokenizer
+    from tokenizers.implementations import BertWordPieceTokenizer
+
+    for name in ("tokenizer.json", "vocab.txt"):
+        file = path / name
+        if not files.is_present(file):
+            continue
+        with files.open_regular(file) as f:  # a regular file, of a tokenizer's size
+            size = os.fstat(f.fileno()).st_size
+        if size > TOKENIZER_LIMIT:
+            raise CheckpointError(
+                f"{file}: {size >> 20} MB, larger than any tokenizer ({TOKENIZER_LIMIT >> 20} MB)"
+            )
+        try:
+            if name == "tokenizer.json":
+                return Tokenizer.from_file(str(file))
+            return BertWordPieceTokenizer(str(file), lowercase=_lowercase(path))
+        except Exception as e:  # tokenizers raises its own Exception for any malformed file
+            raise CheckpointError(f"{file}: not a tokenizer that can be read ({e})") from None
+    return None
+
+
+def _lowercase(path: Path) -> bool:
+    config = path / "tokenizer_config.json"
+    if not files.is_present(config):
+        return True
+    lowercase = files.read_json_object(config).get("do_lower_case", True)
+    if not isinstance(lowercase, bool):
+        raise CheckpointError(f"{config}: do_lower_case={lowercase!r} is not true or false")
+    return lowercase
+
+
+def positions(config: BertConfig) -> int:
+    """How many tokens a sequence may have: RoBERTa's reserved rows are no position."""
+    return config.max_position_embeddings - catalog.reserved_positions(config)
+
+
+def random_batch(config: BertConfig, length: int = RANDOM_LENGTH) -> dict[str, torch.Tensor]:
+    """Random ids and token types, every row but the first padded to a random length: the pad
+    id at every padded place, and never among the real tokens (RoBERTa tells them apart by it)."""
+    g = torch.Generator().manual_seed(SEED)
+    shape = (RANDOM_BATCH, max(1, min(length, positions(config))))
+    lengths = torch.randint(min(2, shape[1]), shape[1] + 1, (shape[0],), generator=g)
+    lengths[0] = shape[1]
+    mask = (torch.arange(shape[1]) < lengths[:, None]).long()
+    ids = torch.randint(0, max(1, config.vocab_size - 1), shape, generator=g)
+    ids += (ids >= config.pad_token_id).long() if config.vocab_size > 1 else 0
+    return apart(
+        {
+            "input_ids": torch.where(mask.bool(), ids, config.pad_token_id),
+            "attention_mask": mask,
+            "token_type_ids": torch.randint(0, config.type_vocab_size, shape, generator=g),
+        }
+    )
+
+
+def apart(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`batch`, with its last row repeated where it has as many rows as tokens: a model that
+    works time-first returns (tokens, batch, features), and only sizes that differ tell that
+    from (batch, tokens, features). Repeated CHOICES times, so that multiple choice still takes
+    the rows in twos."""
+    rows, length = batch["input_ids"].shape
+    if rows != length:
+        return batch
+    return {k: torch.cat([v, *[v[-1:]] * CHOICES]) for k, v in batch.items()}
+
+
+def left_padded(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The same rows with their padding moved to the left."""
+    n = batch["attention_mask"].shape[1]
+    pads = (batch["attention_mask"] == 0).sum(1)
+    index = (torch.arange(n)[None, :] - pads[:, None]) % n
+    return {k: v.gather(1, index) for k, v in batch.items()}
+
+
+def inputs(path: Path, config: BertConfig, model_class: str) -> dict[str, dict]:
+    """The batches both models read: the checkpoint's own tokenizer on TEXTS (where it ships
+    one), and random ids; for multiple choice, rows taken in twos as the choices of one item."""
+    batches = {"random ids": random_batch(config)}
+    text = tokenizer_batch(path, config)
+    if text is not None:
+        batches = {"tokenized text": text} | batches
+    if catalog.implementation(model_class, config.model_type) == "BertForMultipleChoice":
+        return {
+            k: {n: t.view(-1, CHOICES, t.shape[-1]) for n, t in b.items()}
+            for k, b in batches.items()
+        }
+    return batches
