@@ -120,7 +120,7 @@ def convert_checkpoint(
     keeping the groups `heads` says (convert.Selection). Conversions into the same `out` at
     once take turns."""
     selection = Selection.of(heads)
-    with files.Output(out) as output:
+    with files.Output(out, WRITTEN) as output:
         return _convert_into(src, output, to_layout, from_layout, selection)
 
 
@@ -140,7 +140,7 @@ def fetch(
     check_convertible(None, to_layout, model_id)  # before anything is downloaded
     selection = Selection.of(heads)
     remote = hub.locate(model_id, revision)
-    with files.Output(out) as output:
+    with files.Output(out, WRITTEN) as output:
         if up_to_date(out, model_id, remote.commit, to_layout, selection):
             return remote, None
         src = fetch_source(remote, say)
@@ -194,7 +194,8 @@ def _check_form(form: str, to_layout: str, output: files.Output) -> None:
             f"--to {to_layout}: bertconv reads {written.marks[0]} files but does not write them; "
             "write google-tf (TensorFlow's own checkpoint format) instead"
         )
-    others = written.in_the_way(output.path)
+    # what an earlier conversion wrote is replaced (files.Output): never in the way
+    others = [name for name in written.in_the_way(output.path) if name not in WRITTEN]
     if others:
         raise UsageError(
             f"{output.path}: holds {', '.join(others)}, which bertconv would read before a "

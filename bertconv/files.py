@@ -148,11 +148,15 @@ class Output:
     second waits, then finds the first's result. `stage(name)` gives a path to write `name` to;
     `commit()` puts every staged file in place at once: each file it replaces is kept aside
     until all are in place, and put back if any fails, with Ctrl-C and SIGTERM held off until
-    the directory is whole (the old or the new). On a failure before commit, and on Ctrl-C, the
-    staged files are removed, and so are the directories made here, if still empty."""
+    the directory is whole (the old or the new). The directory holds one result: the files
+    named in `replaces` (what any result is made of) that this one does not write are set
+    aside with them, and removed once it is in place. On a failure before commit, and on
+    Ctrl-C, the staged files are removed, and so are the directories made here, if still
+    empty."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, replaces: tuple[str, ...] = ()):
         self.path = Path(path)
+        self.replaces = replaces
         self.created: list[Path] = []
         self.staged: list[tuple[Path, Path]] = []
         self.protected: list[Path] = []  # what the command reads: never cleared, never replaced
@@ -161,6 +165,7 @@ class Output:
     def __enter__(self) -> "Output":
         try:
             self._lock()
+            self._check_places()
         except OSError as e:
             self._undo()
             raise OutputError(f"{self.path}: cannot write there ({e.strerror or e})") from None
@@ -200,6 +205,16 @@ class Output:
             # The writer before us made the directory, failed, and removed it: start again.
             os.close(fd)
         raise OSError(errno.EAGAIN, "other writers keep removing it")
+
+    def _check_places(self) -> None:
+        """A directory where a result's file goes (`vocab.txt/`) would be moved aside, unseen,
+        by each commit: refused by name before anything is written."""
+        taken = [n for n in self.replaces if _is_directory(self.path / n)]
+        if taken:
+            raise OutputError(
+                f"{self.path / taken[0]}: is a directory, where bertconv writes the file "
+                f"{taken[0]}; move it out of {self.path} or choose another --out"
+            )
 
     def _make_directories(self) -> None:
         missing = takewhile(lambda p: not os.path.lexists(p), [self.path, *self.path.parents])
@@ -262,6 +277,8 @@ class Output:
             self._clear_leftovers()
             kept: list[tuple[Path, Path | None]] = []  # (final, the file it replaced)
             try:
+                for stale in self._stale():  # an earlier result's, that this one does not write
+                    kept.append((stale, _set_aside(stale, replaced=False)))
                 for tmp, final in self.staged:
                     kept.append((final, _set_aside(final)))
                     os.replace(tmp, final)
@@ -276,6 +293,17 @@ class Output:
         self.staged = []
         return done
 
+    def _stale(self) -> list[Path]:
+        """The files of `replaces` in the directory that this result does not write (never one
+        the command reads)."""
+        written = {final.name for _, final in self.staged}
+        present = [self.path / n for n in self.replaces if n not in written]
+        return [
+            path
+            for path in present
+            if os.path.lexists(path) and not any(_same_file(path, p) for p in self.protected)
+        ]
+
     def _undo(self) -> None:
         """Remove what this writer created, signals held off. Cleaning up must never hide the
         failure that brought us here, so its own errors are ignored."""
@@ -284,11 +312,13 @@ class Output:
                 with suppress(OSError):
                     tmp.unlink(missing_ok=True)
             self.staged = []
-            self._unlock()
+            # The directories made here go while the lock is held: a writer waiting on it then
+            # finds the directory gone and makes it again, rather than lose it as it writes.
             for directory in reversed(self.created):
                 with suppress(OSError):
                     directory.rmdir()  # only if empty: another writer may have filled it since
             self.created = []
+            self._unlock()
 
     def _unlock(self) -> None:
         if self.fd is not None:
@@ -301,17 +331,32 @@ def partial(path: Path) -> Path:
     return path.with_name(f".{path.name}.bertconv-{secrets.token_hex(6)}.partial")
 
 
-def _set_aside(final: Path) -> Path | None:
-    """Keep the file `final` will replace, under a name the next run may clear: a hard link
-    (the original stays in place till replaced), or, where links are refused, a rename."""
+def _set_aside(final: Path, replaced: bool = True) -> Path | None:
+    """Keep the file at `final` under a name the next run may clear: where a staged file is
+    about to replace it, a hard link (it stays in place till then), or where links are refused
+    a rename; where nothing will (a file of an earlier result), a rename. A directory there is
+    refused, not moved."""
     if not os.path.lexists(final):
         return None
+    if _is_directory(final):  # made since the output was opened
+        raise OutputError(f"{final}: is a directory, where bertconv writes a file; move it away")
     aside = partial(final)
-    try:
-        os.link(final, aside, follow_symlinks=False)
-    except OSError:
+    if not (replaced and _linked(final, aside)):
         os.rename(final, aside)
     return aside
+
+
+def _linked(path: Path, link: Path) -> bool:
+    try:
+        os.link(path, link, follow_symlinks=False)
+    except OSError:  # a file system without hard links
+        return False
+    return True
+
+
+def _is_directory(path: Path) -> bool:
+    """A directory itself, not a link to one (a link is replaced like a file)."""
+    return stat.S_ISDIR(os.lstat(path).st_mode) if os.path.lexists(path) else False
 
 
 def _restore(kept: list[tuple[Path, Path | None]]) -> None:

@@ -118,10 +118,10 @@ def test_bertconvs_own_model_of_every_kind_agrees_at_every_step(kind, model_clas
     that same model's code): every step of every row agrees, relative positions included.
     (Multiple choice is never taken apart: its inputs are (B, choices, T).)"""
     import bertconv.model
+    from bertconv.batches import random_batch
     from bertconv.config import BertConfig
     from bertconv.mapping import layout
     from bertconv.outputs import EMBEDDINGS, POOLER, layer
-    from bertconv.batches import random_batch
     from bertconv.yours.diagnose import diagnose
     from bertconv.yours.harness import Harness, Plan
     from bertconv.yours.reading import anchors, read

@@ -232,16 +232,19 @@ def test_a_checkpoint_in_several_data_files_is_read_from_each(tmp_path, cli):
     assert code == 3 and "its data file bert_model.ckpt.data-00001-of-00002 is not there" in err
 
 
+TF_WRITTEN = [
+    "bert_config.json",
+    "bert_model.ckpt.data-00000-of-00001",
+    "bert_model.ckpt.index",
+    "vocab.txt",
+]
+
+
 def test_writing_a_tensorflow_checkpoint_and_reading_it_back_is_exact(checkpoints, tmp_path, cli):
     out = tmp_path / "tf"
     code, _, err = cli("convert", checkpoints["pretraining"], "--to", "google-tf", "--out", out)
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == [
-        "bert_config.json",
-        "bert_model.ckpt.data-00000-of-00001",
-        "bert_model.ckpt.index",
-        "vocab.txt",
-    ]
+    assert sorted(p.name for p in out.iterdir()) == TF_WRITTEN
     assert "bert/encoder/layer_0/attention/self/query/kernel" in tensors_of(out / "bert_model.ckpt")
     assert cli("convert", out, "--to", "transformers", "--out", tmp_path / "back")[0] == 0
     back = load_file(tmp_path / "back" / "model.safetensors")
@@ -252,11 +255,17 @@ def test_writing_a_tensorflow_checkpoint_and_reading_it_back_is_exact(checkpoint
 
 
 def test_a_tensorflow_checkpoint_is_never_written_beside_other_weights(checkpoints, tmp_path, cli):
+    """Weights bertconv did not write are refused; an earlier conversion's are replaced."""
     out = tmp_path / "mixed"
     assert cli("convert", checkpoints["base"], "--out", out)[0] == 0
+    shutil.copy(checkpoints["legacy-bin"] / "pytorch_model.bin", out)
     code, _, err = cli("convert", checkpoints["base"], "--to", "google-tf", "--out", out)
-    assert code == 2 and "would read before a TensorFlow checkpoint" in err
+    assert code == 2 and "holds pytorch_model.bin, which bertconv would read before" in err, err
     assert not (out / "bert_model.ckpt.index").exists()
+    (out / "pytorch_model.bin").unlink()
+    code, _, err = cli("convert", checkpoints["base"], "--to", "google-tf", "--out", out)
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == TF_WRITTEN
 
 
 def test_bertconv_does_not_write_h5(checkpoints, tmp_path, cli):

@@ -579,7 +579,6 @@ def _other_checkpoint(out: Path) -> None:
 IN_THE_WAY = [
     ("another checkpoint", _other_checkpoint, "model.ckpt-2.index"),
     ("a checkpoint file", lambda out: (out / "checkpoint").write_text("x"), "checkpoint"),
-    ("a stale config.json", lambda out: (out / "config.json").write_text("{}"), "config.json"),
     ("other weights", lambda out: (out / "pytorch_model.bin").write_bytes(b""),
      "pytorch_model.bin"),
 ]  # fmt: skip
@@ -598,6 +597,18 @@ def test_a_tensorflow_checkpoint_is_never_written_where_another_would_be_read(
     result = cli("convert", checkpoints["base"], "--to", "google-tf", "--out", out)
     refused(result, 2, f"{out}: holds {named}", "choose another --out, or remove them")
     assert snapshot(out) == before
+
+
+def test_a_stale_config_json_goes_with_the_checkpoint_it_came_with(checkpoints, tmp_path, cli):
+    """config.json would be read before bert_config.json: as a file of an earlier conversion
+    that this one does not write, it is removed when the bundle is committed."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    code, _, err = cli("convert", checkpoints["base"], "--to", "google-tf", "--out", out)
+    assert code == 0, err
+    assert not (out / "config.json").exists() and (out / "bert_config.json").is_file()
+    assert cli("verify", out, "--device", "cpu")[0] == 0
 
 
 def test_a_tensorflow_checkpoint_replaces_the_one_bertconv_wrote_there(checkpoints, tmp_path, cli):

@@ -1,0 +1,172 @@
+"""An output directory holds one checkpoint (issue 26). A conversion into a directory that holds
+an earlier one replaces it whole: the earlier files the new one does not write (a tokenizer.json
+beside a new vocab.txt, a TensorFlow bundle beside new safetensors) go at the commit, and come
+back if it fails. A directory where a file goes is refused by name. Writers into one directory
+at once leave one result, whole; one that fails never spoils another's."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bertconv import files
+from bertconv.checkpoint import SOURCE_KEY, read_metadata
+from bertconv.errors import OutputError
+from hostile import CLI, copy_checkpoint, hostile, snapshot
+
+RICH = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"]
+WEIGHTS = ["config.json", "model.safetensors"]
+
+
+@pytest.fixture
+def rich(checkpoints, tmp_path) -> Path:
+    """A checkpoint shipping every tokenizer file, each saying whose it is."""
+    src = copy_checkpoint(checkpoints["pretraining"], tmp_path / "rich")
+    for name in RICH:
+        (src / name).write_text('{"whose": "rich"}')
+    return src
+
+
+@pytest.fixture
+def plain(checkpoints) -> Path:
+    """A checkpoint with vocab.txt alone."""
+    return checkpoints["base"]
+
+
+def names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_a_conversion_replaces_the_earlier_one_whole(rich, plain, tmp_path, cli):
+    out = tmp_path / "out"
+    assert cli("convert", rich, "--out", out)[0] == 0
+    assert names(out) == sorted([*WEIGHTS, *RICH, "vocab.txt"])
+    code, _, err = cli("convert", plain, "--out", out)
+    assert code == 0, err
+    assert names(out) == sorted([*WEIGHTS, "vocab.txt"])  # rich's tokenizer files are gone
+    assert read_metadata(out / "model.safetensors")[SOURCE_KEY] == str(plain)
+
+
+def test_changing_form_leaves_one_checkpoint(rich, plain, tmp_path, cli):
+    out = tmp_path / "out"
+    assert cli("convert", rich, "--out", out)[0] == 0
+    assert cli("convert", plain, "--to", "google-tf", "--out", out)[0] == 0
+    tf = ["bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index"]
+    assert names(out) == sorted([*tf, "vocab.txt"])
+    assert cli("convert", out, "--out", tmp_path / "back")[0] == 0
+    assert cli("convert", rich, "--out", out)[0] == 0
+    assert names(out) == sorted([*WEIGHTS, *RICH, "vocab.txt"])
+
+
+def test_files_bertconv_never_writes_stay(plain, tmp_path, cli):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "README.md").write_text("mine")
+    (out / "training_args.json").write_text("{}")
+    assert cli("convert", plain, "--out", out)[0] == 0
+    assert (out / "README.md").read_text() == "mine" and (out / "training_args.json").exists()
+
+
+def test_a_failed_commit_puts_the_earlier_result_back_whole(rich, plain, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    from bertconv.cli import run
+
+    assert run(["convert", str(rich), "--out", str(out)]) == 0
+    before = snapshot(out)
+    real = os.replace
+
+    def fails_on_the_weights(src, dst, *args, **kwargs):
+        if Path(dst).name == "model.safetensors" and ".partial" in Path(src).name:
+            raise OSError(5, "Input/output error")
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", fails_on_the_weights)
+    assert run(["convert", str(plain), "--out", str(out)]) == 7
+    monkeypatch.undo()
+    assert snapshot(out) == before
+    assert not [p for p in os.listdir(out) if p.endswith(".partial")]
+
+
+@pytest.mark.parametrize("name", ["vocab.txt", "tokenizer.json", "bert_model.ckpt.index"])
+def test_a_directory_named_as_an_output_file_is_refused_by_name(name, rich, tmp_path, cli):
+    out = tmp_path / "out"
+    (out / name).mkdir(parents=True)
+    (out / name / "inside").write_text("kept")
+    code, _, err = cli("convert", rich, "--out", out)
+    assert code == 7 and f"{out / name}: is a directory" in err, err
+    assert names(out) == [name] and (out / name / "inside").read_text() == "kept"
+    code, _, err = cli("convert", rich, "--out", out)
+    assert code == 7, "every later conversion is refused the same way, nothing hidden"
+
+
+def test_a_link_named_as_an_output_file_is_replaced_not_followed(rich, tmp_path, cli):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out.mkdir()
+    (out / "vocab.txt").symlink_to(elsewhere)
+    assert cli("convert", rich, "--out", out)[0] == 0
+    assert (out / "vocab.txt").is_file() and not (out / "vocab.txt").is_symlink()
+    assert elsewhere.is_dir() and not list(elsewhere.iterdir())
+
+
+def test_a_failing_writer_removes_its_directory_before_letting_the_next_in(tmp_path, monkeypatch):
+    """The next writer waits on the lock: it must find the directory gone (and make it again),
+    never see it removed as it writes."""
+    out = tmp_path / "made" / "out"
+    seen = []
+    unlock = files.Output._unlock
+
+    def at_unlock(self):
+        seen.append(os.path.lexists(out))
+        unlock(self)
+
+    monkeypatch.setattr(files.Output, "_unlock", at_unlock)
+    with pytest.raises(RuntimeError), files.Output(out, ("config.json",)) as output:
+        output.stage("config.json").write_text("{}")
+        raise RuntimeError("the conversion failed")
+    assert seen == [False] and not (tmp_path / "made").exists()
+
+
+def convert_at_once(*sources: Path, out: Path) -> list[subprocess.CompletedProcess]:
+    procs = [
+        subprocess.Popen(
+            [*CLI, "convert", str(s), "--out", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for s in sources
+    ]
+    return [(p.wait(), p.stderr.read()) for p in procs]
+
+
+def test_two_writers_at_once_leave_one_result_whole(rich, plain, tmp_path):
+    for attempt in range(3):
+        out = tmp_path / f"out{attempt}"
+        results = convert_at_once(rich, plain, out=out)
+        assert [code for code, _ in results] == [0, 0], results
+        whose = read_metadata(out / "model.safetensors")[SOURCE_KEY]
+        expected = [*WEIGHTS, *RICH, "vocab.txt"] if whose == str(rich) else [*WEIGHTS, "vocab.txt"]
+        assert names(out) == sorted(expected), whose
+
+
+def test_a_failing_writer_never_fails_a_good_one(rich, tmp_path):
+    bad = copy_checkpoint(rich, tmp_path / "bad")
+    hostile(bad / "model.safetensors").write_bytes(b"not safetensors" * 10)
+    for attempt in range(4):
+        out = tmp_path / f"made{attempt}" / "out"
+        (good_code, good_err), (bad_code, _) = convert_at_once(rich, bad, out=out)
+        assert good_code == 0, good_err
+        assert bad_code == 4
+        assert names(out) == sorted([*WEIGHTS, *RICH, "vocab.txt"])
+
+
+def test_a_directory_made_since_the_output_was_opened_is_refused_at_commit(tmp_path):
+    out = tmp_path / "out"
+    refusal = pytest.raises(OutputError, match="vocab.txt: is a directory")
+    with refusal, files.Output(out, ("vocab.txt",)) as output:
+        output.stage("vocab.txt").write_text("[PAD]\n")
+        (out / "vocab.txt").mkdir()
+        output.commit()
+    assert names(out) == ["vocab.txt"]
