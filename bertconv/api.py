@@ -171,8 +171,9 @@ def _convert_into(
     # The written file is of the class its groups make (a layout may leave heads out).
     config = ckpt.config_dict | {"architectures": [result.model_class]}
     nonfinite = storage.nonfinite_soon(ckpt.state_dict, storage.transposes(result.state_dict))
-    written = write_checkpoint(output, result.state_dict, config, metadata, src.path, form)
-    return Converted(ckpt, result, written, nonfinite())
+    write_checkpoint(output, result.state_dict, config, metadata, src.path, form)
+    found = nonfinite()  # before the commit: a source the scan found cut short fails it
+    return Converted(ckpt, result, output.commit(), found)
 
 
 def _held_as_bert(ckpt: Checkpoint, to_layout: str) -> bool:

@@ -198,12 +198,13 @@ def write_checkpoint(
     metadata: dict[str, str],
     tokenizer_from: Path,
     form: str = "safetensors",
-) -> list[Path]:
-    """Write the weights, the config and the tokenizer files into the locked output directory
-    `out`: each written aside, then all renamed into place, the weights last, so that a failure
-    leaves the directory as it was. `form`: safetensors (model.safetensors and config.json,
-    with the metadata) or tensorflow (bert_model.ckpt.* and bert_config.json, as
-    google-research/bert ships them; a TensorFlow checkpoint has no room for metadata)."""
+) -> None:
+    """Stage the weights, the config and the tokenizer files in the locked output directory
+    `out`, each written aside; `out.commit()` then renames them all into place, the weights
+    last, so that a failure before leaves the directory as it was. `form`: safetensors
+    (model.safetensors and config.json, with the metadata) or tensorflow (bert_model.ckpt.* and
+    bert_config.json, as google-research/bert ships them; a TensorFlow checkpoint has no room
+    for metadata)."""
 
     for source in tokenizer_files(tokenizer_from):
         out.copy_in(source.name, source)  # copied, never read into memory
@@ -211,7 +212,6 @@ def write_checkpoint(
     out.stage(form.config).write_text(_config_text(config_dict))
     with _progress(sum(map(storage.nbytes, state_dict.values())), "writing") as bar:
         form.write(out, state_dict, {"format": "pt", **metadata}, bar.update)
-    return out.commit()
 
 
 def _config_text(config_dict: dict) -> str:

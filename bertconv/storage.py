@@ -18,7 +18,6 @@ import struct
 import threading
 from array import array
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from functools import cache
 from itertools import zip_longest
 from pathlib import Path
@@ -141,7 +140,7 @@ def _read(s: Stored) -> bytes:
         f.seek(s.start)
         data = f.read(s.end - s.start)
     if len(data) != s.end - s.start:
-        raise CheckpointError(f"{s.path}: ends before the data its header promises")
+        raise ended_early(s.path, s.end - s.start - len(data))
     return data
 
 
@@ -165,9 +164,9 @@ def _read_range(t: Tensor, start: int, end: int) -> bytes:
 def _transposed_rows(t: Transposed) -> Iterator[memoryview]:
     """The rows of a transposed tensor in blocks of about BAND bytes, in memory bounded whatever
     its size (bert-large's feed-forward kernels are 16 MB, larger models' larger still): a block
-    is some columns of the source, gathered by numpy from its rows in bands of about BAND bytes.
-    A stored source is mapped from its file, each band let go of once used (so that the mapping
-    never holds more than a band); others are copied a band at a time."""
+    is some columns of the source, gathered by numpy from its rows, read a band of about BAND
+    bytes at a time into one buffer. (Read, not mapped: a file mapped and then cut short kills
+    the process with SIGBUS when its pages are touched; a read says it ended early.)"""
     import numpy as np  # here only: --help and renaming conversions never need it
 
     rows, cols = t.source.shape
@@ -176,77 +175,21 @@ def _transposed_rows(t: Transposed) -> Iterator[memoryview]:
     width = max(1, BAND // (item * rows or 1))  # source columns per block
     height = max(1, BAND // (item * cols or 1))  # source rows per band
     block = np.empty(min(width, cols) * rows, dtype=kind)
-    with _Bands(t.source, kind, height) as bands:
-        for j in range(0, cols, width):
-            out = block[: min(width, cols - j) * rows].reshape(-1, rows)
-            for r in range(0, rows, height):
-                bands.transpose_into(out, r, j)
-            yield memoryview(out).cast("B")
+    band = np.empty(min(height, rows) * cols, dtype=kind)
+    for j in range(0, cols, width):
+        out = block[: min(width, cols - j) * rows].reshape(-1, rows)
+        for r in range(0, rows, height):
+            n = min(height, rows - r)
+            _read_into(t.source, r * cols * item, memoryview(band[: n * cols]).cast("B"))
+            _transpose_into(out, band[: n * cols].reshape(n, cols)[:, j : j + out.shape[0]], r)
+        yield memoryview(out).cast("B")
 
 
-def _mapped(t: Stored) -> tuple[mmap.mmap, int]:
-    """The file's pages holding `t`, mapped read-only, and where `t` starts in them (a mapping
-    starts at a multiple of mmap's granularity)."""
-    base = t.start - t.start % mmap.ALLOCATIONGRANULARITY
-    with open(t.path, "rb") as f:
-        # Reading a mapping past the file's end kills the process: a file cut short is named.
-        if os.fstat(f.fileno()).st_size < t.end:
-            raise CheckpointError(f"{t.path}: ends before the data its header promises")
-        mapping = mmap.mmap(f.fileno(), t.end - base, offset=base, access=mmap.ACCESS_READ)
-    return mapping, t.start - base
-
-
-class _Bands:
-    """Bands of `height` rows of a 2-D tensor, read as numpy arrays of `kind`: mapped from the
-    file for a stored tensor, copied into one buffer otherwise."""
-
-    def __init__(self, source: Tensor, kind, height: int):
-        import numpy as np
-
-        self.source, self.kind, self.height = source, kind, height
-        self.rows, self.cols = source.shape
-        self.map, self.buffer, self.skip = None, None, 0
-        if isinstance(source, Stored) and nbytes(source):
-            self.map, self.skip = _mapped(source)
-        elif nbytes(source):
-            self.buffer = np.empty(min(height, self.rows) * self.cols, dtype=kind)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.map is not None:
-            # A band still held by an exception's frame: the mapping is closed when it goes.
-            with suppress(BufferError):
-                self.map.close()
-
-    def transpose_into(self, out, r: int, j: int) -> None:
-        """out[:, r:r+n] = columns j.. of the band of rows r..r+n, a few rows at a time: their
-        columns stay in the cache while written (~3x faster than one transposing copy)."""
-        import numpy as np
-
-        n = min(self.height, self.rows - r)
-        item, cols = self.kind.itemsize, self.cols
-        if self.map is not None:
-            at = self.skip + r * cols * item
-            band = np.frombuffer(self.map, self.kind, n * cols, at).reshape(n, cols)
-        else:
-            band = self.buffer[: n * cols]
-            _read_into(self.source, r * cols * item, memoryview(band).cast("B"))
-            band = band.reshape(n, cols)
-        band = band[:, j : j + out.shape[0]]
-        for i in range(0, n, TILE):
-            out[:, r + i : r + min(i + TILE, n)] = band[i : i + TILE].T
-        del band
-        if self.map is not None:
-            self._let_go(self.skip + r * cols * item, n * cols * item)
-
-    def _let_go(self, at: int, size: int) -> None:
-        """Drop the band's pages from this process (they stay in the page cache): a mapping's
-        pages count in its memory as they are touched."""
-        low, high = at - at % PAGE, at + size - (at + size) % PAGE
-        if high > low and hasattr(mmap, "MADV_DONTNEED"):  # (not on every system)
-            self.map.madvise(mmap.MADV_DONTNEED, low, high - low)
+def _transpose_into(out, columns, r: int) -> None:
+    """out[:, r:r+n] = columns.T, a few rows at a time: their columns stay in the cache while
+    written (~3x faster than one transposing copy)."""
+    for i in range(0, columns.shape[0], TILE):
+        out[:, r + i : r + min(i + TILE, len(columns))] = columns[i : i + TILE].T
 
 
 def _read_into(t: Tensor, start: int, into: memoryview) -> None:
@@ -257,8 +200,18 @@ def _read_into(t: Tensor, start: int, into: memoryview) -> None:
         return
     with open(t.path, "rb", buffering=0) as f:
         f.seek(t.start + start)
-        if f.readinto(into) != len(into):
-            raise CheckpointError(f"{t.path}: ends before the data its header promises")
+        got = f.readinto(into)
+    if got != len(into):
+        raise ended_early(t.path, len(into) - got)
+
+
+def ended_early(path: Path, missing: int) -> CheckpointError:
+    """A source found shorter while being read than when its header or index was (its sizes
+    are checked then): changed on disk meanwhile."""
+    return CheckpointError(
+        f"{path}: the source ended {missing} bytes early, as it was read; was it changed or cut "
+        "short meanwhile? Nothing was written"
+    )
 
 
 def equal(a: Tensor, b: Tensor) -> bool:
@@ -487,7 +440,7 @@ def blocks(t: Tensor) -> Iterator[bytes | bytearray]:
         while left:
             n = f.readinto(memoryview(buffer)[: min(len(buffer), left)])
             if not n:
-                raise CheckpointError(f"{t.path}: ends before the data its header promises")
+                raise ended_early(t.path, left)
             yield buffer if n == len(buffer) else buffer[:n]
             left -= n
 

@@ -502,7 +502,7 @@ def _crc_of(fd: int, t: storage.Stored, progress) -> int:
     while at < t.end:
         block = os.pread(fd, min(READ, t.end - at), at)
         if not block:
-            raise CheckpointError(f"{t.path}: ends before the data its header promises")
+            raise storage.ended_early(t.path, t.end - at)
         crc = crc32c(block, crc)
         progress(len(block))
         at += len(block)

@@ -13,14 +13,20 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .errors import CheckpointError
-from .storage import CHUNK, PAGE, Joined, Stored, Tensor, nbytes, pieces
+from .storage import CHUNK, PAGE, Joined, Stored, Tensor, ended_early, nbytes, pieces
 
 ALIGN = 1 << 16  # the kernel's copy step: a pipe's 16 pages
 STEP = 64 << 20  # bytes per copy call, so that progress moves
 PARALLEL = 64 << 20  # ranges from this size are copied in two halves at once
 # Where the kernel will not copy between two files (other file systems, no support): by hand.
 UNCOPYABLE = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}
+
+
+class EndedEarly(Exception):
+    """A copy found the source `missing` bytes shorter than its range."""
+
+    def __init__(self, missing: int):
+        self.missing = missing
 
 
 def write_safetensors(
@@ -93,7 +99,10 @@ def _copy(parts: Iterator, out, progress: Callable[[int], None]) -> None:
         path, start, end = run
         position = out.tell()
         with open(path, "rb") as src:
-            _copy_range(src.fileno(), out.fileno(), start, position, end - start, progress)
+            try:
+                _copy_range(src.fileno(), out.fileno(), start, position, end - start, progress)
+            except EndedEarly as e:
+                raise ended_early(path, e.missing) from None
         out.seek(position + end - start)
 
 
@@ -179,6 +188,6 @@ def _copy_span(src: int, dst: int, offset: int, position: int, count: int, progr
                 raise
             done = os.pwrite(dst, os.pread(src, min(step, CHUNK), offset), position)
         if done == 0:
-            raise CheckpointError(f"source file ended {count} bytes early")
+            raise EndedEarly(count)
         offset, position, count = offset + done, position + done, count - done
         progress(done)

@@ -161,13 +161,25 @@ def test_a_transposed_tensor_is_exact_in_any_shape_and_band(shape, dtype, tmp_pa
 
 
 def test_a_source_cut_short_after_its_header_was_read_is_named(tmp_path):
-    """A transposed tensor is mapped from its file: a file that no longer holds the bytes its
-    header promised is named, not mapped (reading past its end would kill the process)."""
+    """A file that no longer holds the bytes its header promised is named, and how many are
+    missing (a transposed tensor was once mapped: reading past its end killed the process)."""
     from bertconv.errors import CheckpointError
 
     save_file({"w": torch.randn(64, 48)}, tmp_path / "w.safetensors")
     stored = storage.read_header(tmp_path / "w.safetensors")[0]["w"]
     with open(hostile(tmp_path / "w.safetensors"), "r+b") as f:
         f.truncate(stored.end - 4)
-    with pytest.raises(CheckpointError, match="ends before the data its header promises"):
+    with pytest.raises(CheckpointError, match="the source ended 4 bytes early"):
         storage.read_bytes(storage.transpose(stored))
+
+
+def test_a_copy_from_a_source_cut_short_names_it_and_the_bytes_missing(tmp_path):
+    """The kernel's copy (a renaming conversion) says which file ended early, and by how much."""
+    from bertconv.errors import CheckpointError
+
+    save_file({"w": torch.randn(64, 48)}, tmp_path / "w.safetensors")
+    stored = storage.read_header(tmp_path / "w.safetensors")[0]["w"]
+    with open(hostile(tmp_path / "w.safetensors"), "r+b") as f:
+        f.truncate(stored.end - 100)
+    with pytest.raises(CheckpointError, match="w.safetensors: the source ended 100 bytes early"):
+        writing.write_raw(tmp_path / "out.data", [stored])

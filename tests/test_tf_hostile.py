@@ -19,7 +19,7 @@ import pytest
 
 from bertconv import h5weights, storage, tfbundle
 from bertconv.errors import CheckpointError
-from hostile import refused, snapshot
+from hostile import hostile, refused, snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf"
 INDEX, DATA = "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"
@@ -620,3 +620,53 @@ def test_a_tensorflow_checkpoint_replaces_the_one_bertconv_wrote_there(checkpoin
     assert config["architectures"] == ["BertModel"]
     back = tfbundle.read_bundle(out / "bert_model.ckpt")
     assert not any(name.startswith("cls/") for name in back)
+
+
+# Another process cuts the source short once bertconv has written its first bytes.
+CUT_WHILE_WRITING = """
+import contextlib, os, sys, types
+from bertconv import checkpoint
+from bertconv.cli import main
+
+source, keep = sys.argv[1], int(sys.argv[2])
+shown = checkpoint._progress
+
+def progress(total, what):
+    if what != "writing":
+        return shown(total, what)
+    cut = lambda n: os.path.getsize(source) > keep and os.truncate(source, keep)
+    return contextlib.nullcontext(types.SimpleNamespace(update=cut))
+
+checkpoint._progress = progress
+sys.argv = ["bertconv", *sys.argv[3:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("to", ["google-tf", "bertconv"])
+def test_a_source_cut_short_while_it_is_transposed_is_named_and_nothing_written(
+    to, checkpoints, tmp_path
+):
+    """A transposed tensor was read from the source's pages mapped: cut short meanwhile, the
+    process died of SIGBUS with four staged files left. Now: exit 4, the bytes missing said,
+    OUT as it was."""
+    import subprocess
+    import sys
+
+    src = shutil.copytree(checkpoints["base"] if to == "google-tf" else FIXTURES / "bert_tiny",
+                          tmp_path / "src")  # fmt: skip
+    weights = hostile(src / ("model.safetensors" if to == "google-tf" else DATA))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kept.txt").write_text("as it was")
+    before = snapshot(out)
+    keep = weights.stat().st_size // 2
+    done = subprocess.run(
+        [sys.executable, "-c", CUT_WHILE_WRITING, str(weights), str(keep),
+         "convert", str(src), "--to", to, "--out", str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 4, (done.returncode, done.stderr)
+    assert f"{weights}: the source ended " in done.stderr and "bytes early" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert snapshot(out) == before and sorted(os.listdir(out)) == ["kept.txt"]
