@@ -136,8 +136,10 @@ def read_checkpoint(
     by its names, where nothing says which)."""
     directory = Path(directory)
     index, weights = _named_weights(named) if named else weight_files(directory)
+    form = formats.of_file(weights[0])
+    beside = form.beside(weights[0])  # TensorFlow's data files
     if not named:  # what the user names is theirs; what a directory holds may be a stranger's
-        for path in [*([index] if index else []), *weights]:
+        for path in [*([index] if index else []), *weights, *beside]:
             files.confined(path)
     config_path = next(
         (directory / n for n in CONFIG_FILES if files.is_present(directory / n)),
@@ -148,14 +150,11 @@ def read_checkpoint(
     config_dict = files.read_json_object(files.confined(config_path))  # it is written out again
     config = BertConfig.from_dict(config_dict, source=str(config_path))
     state_dict, metadata = read_tensors(weights, index)
-    form = formats.of_file(weights[0]).name
     recorded = metadata.get(LAYOUT_KEY)
     found = identify(
-        _shapes(state_dict), config, layout, recorded, form, None, str(weights[0]), guess
+        _shapes(state_dict), config, layout, recorded, form.name, None, str(weights[0]), guess
     )
-    read = [config_path, *([index] if index else []), *weights]
-    if form == "tensorflow":
-        read += sorted(weights[0].parent.glob(f"{weights[0].stem}.data-*"))
+    read = [config_path, *([index] if index else []), *weights, *beside]
     return Checkpoint(
         directory, config, config_dict, state_dict, found.layout, metadata, read, found
     )

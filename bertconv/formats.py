@@ -14,6 +14,7 @@ read only) with the config file beside it. Which layout the tensors are in is th
 A new format is a Format here, and its reader (and writer).
 """
 
+import glob
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class Format:
     find_in: Callable[[Path], "Found | None"] | None = None
     fetch_of: Callable[[list[str]], list[str] | None] | None = None
     in_the_way: Callable[[Path], list[str]] = field(default=lambda directory: [])
+    # The files read beside a weights file of this form that name no tensor (TensorFlow's data)
+    beside: Callable[[Path], list[Path]] = field(default=lambda path: [])
     said: str = ""  # how messages name it, where its mark does not
 
     @property
@@ -119,7 +122,7 @@ def _named_checkpoint(directory: Path) -> Path:
     of the directory's, which TensorFlow would not read. TensorFlow 1 wrote where it saved it,
     often an absolute path on the machine that trained it: its last part is looked for in the
     directory, and never opened as a path."""
-    record = directory / "checkpoint"
+    record = files.confined(directory / "checkpoint")  # what it says is shown in messages
     named = _model_checkpoint_path(record)
     last = PurePosixPath(named.replace("\\", "/")).name
     index = directory / f"{last}.index"
@@ -270,6 +273,7 @@ FORMATS = [
         find_in=_tf_found,
         fetch_of=_fetch_tf,
         in_the_way=_in_the_way_of_tf,
+        beside=lambda index: sorted(index.parent.glob(f"{glob.escape(index.stem)}.data-*")),
         said="a TensorFlow checkpoint (PREFIX.index and its data files)",
     ),
     Format("h5", ("tf_model.h5",), (".h5",), _read_h5),

@@ -670,3 +670,30 @@ def test_a_source_cut_short_while_it_is_transposed_is_named_and_nothing_written(
     assert f"{weights}: the source ended " in done.stderr and "bytes early" in done.stderr
     assert "Traceback" not in done.stderr
     assert snapshot(out) == before and sorted(os.listdir(out)) == ["kept.txt"]
+
+
+def test_a_data_file_linking_out_of_the_checkpoint_is_refused(tmp_path, cli):
+    """The data file is a link to a valid copy elsewhere: a stranger's checkpoint could read a
+    private file through it. Refused by name; a link within the directory is followed."""
+    src = shutil.copytree(FIXTURES / "bert_tiny", tmp_path / "src")
+    elsewhere = tmp_path / "private" / DATA
+    elsewhere.parent.mkdir()
+    (src / DATA).rename(elsewhere)
+    (src / DATA).symlink_to(elsewhere)
+    result = cli("convert", src, "--out", tmp_path / "out")
+    refused(result, 4, f"{src / DATA}: is a link to {elsewhere}, outside the checkpoint's")
+    assert not (tmp_path / "out").exists()
+    (src / DATA).unlink()
+    shutil.move(elsewhere, src / "data.bytes")
+    (src / DATA).symlink_to("data.bytes")
+    assert cli("convert", src, "--out", tmp_path / "out")[0] == 0
+
+
+def test_a_checkpoint_file_linking_out_of_the_checkpoint_is_refused_unread(tmp_path, cli):
+    src = shutil.copytree(FIXTURES / "bert_tiny", tmp_path / "src")
+    secret = tmp_path / "private.txt"
+    secret.write_text('model_checkpoint_path: "hunter2-is-my-password"\n')
+    (src / "checkpoint").symlink_to(secret)
+    result = cli("convert", src, "--out", tmp_path / "out")
+    err = refused(result, 4, f"{src / 'checkpoint'}: is a link to {secret}, outside")
+    assert "hunter2" not in err
