@@ -230,6 +230,7 @@ def load(
     revision: str | None = None,
     heads: Selection | bool | list[str] | None = None,
     layout: str | None = None,
+    mmap: bool = False,
 ):
     """bertconv's model with the weights of `source`, in eval mode.
 
@@ -239,17 +240,22 @@ def load(
     transformers' name
     (BertForPreTraining, BertForSequenceClassification, ..., BertModel); `heads` narrows it:
     False for the encoder and pooler alone, or a list of the groups to keep. Loading is strict:
-    every parameter comes from the file, none is left at an initial value."""
+    every parameter comes from the file, none is left at an initial value.
+
+    The weights are read into memory: the model keeps them whatever later happens to the file.
+    `mmap=True` maps them from the file instead (faster to load, pages shared with other
+    processes), with a mapping's caveat: a later write to the file shows in the model, and a
+    file cut short kills the process (SIGBUS) when the model next reads a missing page."""
     from .tables import canonical
 
     src = resolve(source, revision)
     ckpt = read_checkpoint(src.path, canonical(layout), src.weights)
-    return build(convert_read(ckpt, "bertconv", Selection.of(heads)), ckpt.config)
+    return build(convert_read(ckpt, "bertconv", Selection.of(heads)), ckpt.config, mmap)
 
 
-def build(conversion: Conversion, config):
+def build(conversion: Conversion, config, mmap: bool = False):
     """The bertconv model a conversion into the bertconv layout calls for, holding its tensors
-    (mapped from their files, not copied), in eval mode."""
+    (read into memory, or `mmap`: mapped from their files), in eval mode."""
     import torch
 
     from . import model as models
@@ -257,7 +263,7 @@ def build(conversion: Conversion, config):
     cls = getattr(models, catalog.implementation(conversion.model_class, config.model_type))
     with torch.device("meta"), _skip_init():  # every parameter comes from the file
         model = cls(config, pooler="pooler" in conversion.groups)
-    maps = {}
+    maps = {} if mmap else None
     weights = {name: storage.to_torch(t, maps) for name, t in conversion.state_dict.items()}
     model.load_state_dict(weights, strict=True, assign=True)
     return model.eval()

@@ -446,9 +446,12 @@ def blocks(t: Tensor) -> Iterator[bytes | bytearray]:
 
 
 def to_torch(t: Tensor, maps: dict | None = None):
-    """A torch tensor of `t`. Stored tensors are mapped from their file, not copied: the pages
-    are read on first use and shared with the page cache. Writes stay private to the process.
-    `maps` caches one mapping per file across calls."""
+    """A torch tensor of `t`. A stored tensor is read into memory of its own: the file may be
+    rewritten or cut short later, and the tensor stays as it was read. Where `maps` is given
+    (a cache of one mapping per file, across calls), it is mapped from its file instead: its
+    pages are read on first use and shared with the page cache, writes stay private to the
+    process, but a later write to the file shows in it, and a file cut short kills the process
+    (SIGBUS) when a page past its end is touched."""
     import torch
 
     if isinstance(t, Joined):
@@ -461,11 +464,24 @@ def to_torch(t: Tensor, maps: dict | None = None):
         return torch.empty(t.shape, dtype=dtype)
     if isinstance(t, InMemory):
         return torch.frombuffer(bytearray(t.data), dtype=dtype).view(t.shape)
-    maps = {} if maps is None else maps
+    if maps is None:
+        return _read_tensor(t).view(dtype).view(t.shape)
     if t.path not in maps:
         with open(t.path, "rb") as f:
             maps[t.path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     return torch.frombuffer(maps[t.path], dtype=dtype, count=count, offset=t.start).view(t.shape)
+
+
+def _read_tensor(t: Stored):
+    """A stored tensor's bytes, read from its file straight into a torch tensor's memory (no
+    buffer between, no zeroing first)."""
+    import ctypes
+
+    import torch
+
+    out = torch.empty(t.end - t.start, dtype=torch.uint8)
+    _read_into(t, 0, memoryview((ctypes.c_char * out.numel()).from_address(out.data_ptr())))
+    return out
 
 
 def from_torch(tensor) -> InMemory:

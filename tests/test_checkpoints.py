@@ -207,3 +207,62 @@ def test_a_path_that_is_not_there_says_so(tmp_path, cli):
     code, _, err = cli("convert", tmp_path / "nothing.pt", "--out", tmp_path / "o")
     assert code == NotFoundError.exit_code
     assert "no such directory or file, and not a Hub model id" in err
+
+
+# Another process writes over every tensor's bytes, in place, then cuts the file short; the model
+# loaded before runs again. In a process of its own: a model mapping the file dies of SIGBUS.
+REWRITTEN_UNDER_IT = """
+import os, sys, torch, bertconv
+from bertconv import storage
+
+out = sys.argv[1]
+model = bertconv.load(out)
+ids = torch.tensor([[2, 7, 9, 3, 0]])
+mask = (ids != 0).long()
+with torch.no_grad():
+    before = model(ids, mask).prediction_logits
+    path = os.path.join(out, "model.safetensors")
+    tensors = storage.read_header(path)[0].values()
+    with open(path, "r+b") as f:
+        for t in tensors:
+            f.seek(t.start)
+            f.write(b"\\x7f" * (t.end - t.start))  # NaN in every float
+        f.flush()
+        os.fsync(f.fileno())
+        f.truncate(min(t.start for t in tensors) + 8)
+    after = model(ids, mask).prediction_logits
+print("unchanged" if torch.equal(before, after) else "changed")
+"""
+
+
+def test_a_loaded_model_keeps_its_weights_whatever_happens_to_the_file(checkpoints, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    convert_dir(checkpoints["pretraining"], out)
+    hostile(out / "model.safetensors")
+    done = subprocess.run(
+        [sys.executable, "-c", REWRITTEN_UNDER_IT, str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["unchanged"]
+
+
+def test_load_with_mmap_maps_the_file_as_documented(checkpoints, tmp_path):
+    """mmap=True: the weights are the file's pages, and a write to the file shows in them."""
+    out = tmp_path / "out"
+    convert_dir(checkpoints["base"], out)
+    mapped = bertconv.load(out, mmap=True)
+    read = bertconv.load(out)
+    weight = "encoder.layer.0.attention.self.Wq.weight"
+    assert torch.equal(mapped.state_dict()[weight], read.state_dict()[weight])
+    from bertconv import storage
+
+    stored = storage.read_header(out / "model.safetensors")[0]
+    t = next(t for name, t in stored.items() if name.endswith(weight))
+    with open(hostile(out / "model.safetensors"), "r+b") as f:
+        f.seek(t.start)
+        f.write(b"\x00" * (t.end - t.start))
+    assert not mapped.state_dict()[weight].any()  # the mapping follows the file
+    assert read.state_dict()[weight].any()  # the copy read into memory does not
