@@ -263,8 +263,7 @@ def build(conversion: Conversion, config, mmap: bool = False):
     cls = getattr(models, catalog.implementation(conversion.model_class, config.model_type))
     with torch.device("meta"), _skip_init():  # every parameter comes from the file
         model = cls(config, pooler="pooler" in conversion.groups)
-    maps = {} if mmap else None
-    weights = {name: storage.to_torch(t, maps) for name, t in conversion.state_dict.items()}
+    weights = storage.all_to_torch(conversion.state_dict, mmap)
     model.load_state_dict(weights, strict=True, assign=True)
     return model.eval()
 

@@ -6,8 +6,8 @@ file is an 8-byte length, a JSON header (name -> dtype, shape, byte range), then
 a tensor is a reference to its bytes (`Stored`: a range of a file; `InMemory`: bytes), and the
 transforms the mapping tables declare are done on references (`split_rows`, `join_rows`,
 `transpose`), their bytes computed only when read or written (writing.py writes them, copying
-stored ranges file to file). `nonfinite` finds NaN and Inf without torch; `to_torch` (torch
-imported only there) maps stored tensors into torch without copying them.
+stored ranges file to file). `nonfinite` finds NaN and Inf without torch; `to_torch` and
+`all_to_torch` (torch imported only there) read stored tensors into torch's memory, or map them.
 """
 
 import json
@@ -443,6 +443,56 @@ def blocks(t: Tensor) -> Iterator[bytes | bytearray]:
                 raise ended_early(t.path, left)
             yield buffer if n == len(buffer) else buffer[:n]
             left -= n
+
+
+def on_two_cores(work: Callable, shares: list, progress: Callable[[int], None]) -> None:
+    """`work(share, report)` for each of one or two shares at once, the second on a thread of
+    its own (for work that lets go of the GIL: the kernel's copies, reads); `report` passes
+    progress on from either thread. The first failure is raised here."""
+    lock, failed = threading.Lock(), []
+
+    def report(n: int) -> None:
+        with lock:  # a progress bar is not made for two threads
+            progress(n)
+
+    def run(share) -> None:
+        try:
+            work(share, report)
+        except BaseException as e:  # raised again in the calling thread
+            failed.append(e)
+
+    mine, *others = shares
+    helpers = [threading.Thread(target=run, args=(share,)) for share in others]
+    for helper in helpers:
+        helper.start()
+    run(mine)
+    for helper in helpers:
+        helper.join()
+    if failed:
+        raise failed[0]
+
+
+def all_to_torch(tensors: dict[str, Tensor], mmap: bool = False) -> dict:
+    """Every tensor as torch's (to_torch): read into memory, the stored ones in two shares of
+    about equal bytes on two cores at once (the reads let go of the GIL, and most of their time
+    is the kernel's, faulting in the new memory and copying the page cache into it); or, with
+    `mmap`, mapped from their files, one mapping per file."""
+    if mmap:
+        maps = {}
+        return {name: to_torch(t, maps) for name, t in tensors.items()}
+    out = {}
+    stored = [name for name, t in tensors.items() if isinstance(t, Stored)]
+    half, at = sum(nbytes(tensors[n]) for n in stored) / 2, 0
+    shares: list[list[str]] = [[], []]
+    for name in stored:
+        shares[at >= half].append(name)
+        at += nbytes(tensors[name])
+
+    def read(names: list[str], report) -> None:
+        out.update({name: to_torch(tensors[name]) for name in names})
+
+    on_two_cores(read, [s for s in shares if s] or [[]], lambda n: None)
+    return {name: out[name] if name in out else to_torch(t) for name, t in tensors.items()}
 
 
 def to_torch(t: Tensor, maps: dict | None = None):

@@ -491,7 +491,7 @@ def checksums(path: Path, spans: list[storage.Stored], progress=lambda n: None) 
                 found[i] = _crc_of(f.fileno(), spans[i], report)
 
     shares = [range(0, split), range(split, len(spans))]
-    writing.on_two_cores(work, [s for s in shares if s] or [range(0)], progress)
+    storage.on_two_cores(work, [s for s in shares if s] or [range(0)], progress)
     return found
 
 

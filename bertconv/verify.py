@@ -122,7 +122,7 @@ def reference_model(ckpt: Checkpoint, reading: Reading):
     else:
         official_table, chosen = layout(OFFICIAL, ckpt.config), Selection("exactly", groups)
         tensors = convert_reading(reading, ckpt.config, official_table, chosen, "").state_dict
-    state_dict = {name: storage.to_torch(t) for name, t in tensors.items()}
+    state_dict = storage.all_to_torch(tensors)
     builds_pooler = catalog.implementation(name, kind) == "BertModel" and catalog.has_pooler(
         name, kind
     )
@@ -352,7 +352,7 @@ class Yours(Ours):
         return _diagnosis(self.harness, self.table, row, batches, build(bertconv, ckpt.config))
 
     def _tensors(self) -> dict[str, torch.Tensor]:
-        return {n: storage.to_torch(t) for n, t in self.conversion.state_dict.items()}
+        return storage.all_to_torch(self.conversion.state_dict)
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.harness.prepare(batch)

@@ -9,11 +9,20 @@ import errno
 import json
 import os
 import struct
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .storage import CHUNK, PAGE, Joined, Stored, Tensor, ended_early, nbytes, pieces
+from .storage import (
+    CHUNK,
+    PAGE,
+    Joined,
+    Stored,
+    Tensor,
+    ended_early,
+    nbytes,
+    on_two_cores,
+    pieces,
+)
 
 ALIGN = 1 << 16  # the kernel's copy step: a pipe's 16 pages
 STEP = 64 << 20  # bytes per copy call, so that progress moves
@@ -130,33 +139,6 @@ def _copy_range(src: int, dst: int, offset: int, position: int, count: int, prog
             _copy_span(src, dst, *span, report)
 
     on_two_cores(copy, _spans(offset, position, count), progress)
-
-
-def on_two_cores(work: Callable, shares: list, progress: Callable[[int], None]) -> None:
-    """`work(share, report)` for each of one or two shares at once, the second on a thread of
-    its own (for work that lets go of the GIL: the kernel's copies, reads); `report` passes
-    progress on from either thread. The first failure is raised here."""
-    lock, failed = threading.Lock(), []
-
-    def report(n: int) -> None:
-        with lock:  # a progress bar is not made for two threads
-            progress(n)
-
-    def run(share) -> None:
-        try:
-            work(share, report)
-        except BaseException as e:  # raised again in the calling thread
-            failed.append(e)
-
-    mine, *others = shares
-    helpers = [threading.Thread(target=run, args=(share,)) for share in others]
-    for helper in helpers:
-        helper.start()
-    run(mine)
-    for helper in helpers:
-        helper.join()
-    if failed:
-        raise failed[0]
 
 
 def _spans(offset: int, position: int, count: int) -> list[list[tuple[int, int, int]]]:
