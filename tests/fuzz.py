@@ -3,7 +3,8 @@ shard indexes, config files, .bin files, TensorFlow checkpoints (index and data)
 files and mapping tables, and each mutant is run as a user runs it (`bertconv convert`, then
 `bertconv.load`). Every run must end in success or in one clean bertconv error with a documented
 exit code, the same twice over; never a traceback, a hang, a changed source, a file left behind,
-or code run from a pickle.
+or code run from a pickle. fuzz_code.py puts faults into a user's own BERT (prints, exits,
+exceptions, writes into its inputs), run through `infer` and `verify`.
 
     make fuzz                                  # the long campaign, with its figures
     python tests/fuzz.py --examples 50 --seed 0  # a short one
@@ -33,6 +34,7 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 
 import bertconv
+import fuzz_code
 from bertconv import cli, mapping, tables, tfbundle
 from bertconv.errors import BertconvError, TableError
 from hostile import CANARY, malicious_payloads, split_safetensors
@@ -522,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     tallies["mapping tables"] = Tally()
     with contextlib.suppress(AssertionError):
         table_campaign(args.examples, args.seed, tallies["mapping tables"])
+    tallies["the user's code"] = Tally()
+    with contextlib.suppress(AssertionError):
+        fuzz_code.campaign(args.examples, args.seed, tallies["the user's code"])
     print(report(tallies))
     return 1 if any(t.crashes for t in tallies.values()) else 0
 
