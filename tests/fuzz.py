@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from safetensors import safe_open
 
@@ -377,13 +377,7 @@ def campaign(target: str, seeds: dict[str, Path], examples: int, seed: int | Non
     path = seeds[seed_name] / file_name
     workroot = Path(tempfile.mkdtemp(prefix="bertconv-fuzz-"))
 
-    @settings(
-        max_examples=examples,
-        derandomize=seed is not None,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzz_code.runs(examples, seed)
     @given(st.data())
     def run_one(data):
         content = mutator(data.draw, path)
@@ -429,13 +423,7 @@ def table_campaign(examples: int, seed: int | None, tally: Tally) -> None:
     texts = {name: (tables.TABLES / f"{name}.toml").read_text() for name in tables.layout_names()}
     original = tables.TABLES
 
-    @settings(
-        max_examples=examples,
-        derandomize=seed is not None,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzz_code.runs(examples, seed)
     @given(st.sampled_from(sorted(texts)), st.data())
     def run_one(name, data):
         mutated = data.draw(table_mutant(texts[name]))

@@ -133,6 +133,18 @@ def faults(draw) -> Fault:
     return Fault(kind, place, code, on_call)
 
 
+def runs(examples: int, seed: int | None):
+    """How every campaign runs hypothesis: `examples` inputs, the same ones every time where a
+    seed is given, no database, no deadline (a run may take seconds)."""
+    return settings(
+        max_examples=examples,
+        derandomize=seed is not None,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
 @dataclass
 class Seeds:
     checkpoint: Path  # a tiny BertModel, written by transformers
@@ -225,13 +237,7 @@ def campaign(examples: int, seed: int | None, tally, seeds: Seeds | None = None)
     root = Path(tempfile.mkdtemp(prefix="bertconv-fuzz-code-"))
     seeds = seeds or make_seeds(root)
 
-    @settings(
-        max_examples=examples,
-        derandomize=seed is not None,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @runs(examples, seed)
     @given(faults())
     def run_one(fault):
         work = Path(tempfile.mkdtemp(dir=root))
