@@ -49,8 +49,9 @@ demo: $(INSTALLED)
 
 # The long fuzzing campaign (docs/reliability.md): hypothesis mutates safetensors headers, shard
 # indexes, configs, .bin files, TensorFlow checkpoints (index and data), tf_model.h5 files and
-# mapping tables, each mutant run as a user would; prints the figures (inputs tried, handled
-# cleanly, code executed, files left behind). ~10 minutes.
+# mapping tables, and puts faults into a user's own BERT (prints, exits, exceptions, writes into
+# its inputs), each run as a user would; prints the figures (inputs tried, handled cleanly, code
+# executed, files left behind). ~15 minutes.
 fuzz: $(INSTALLED)
 	cd tests && ../$(BIN)/python fuzz.py --examples 2000
 
