@@ -231,8 +231,8 @@ class Output:
         ours = {tmp.name for tmp, _ in self.staged}
         for name in os.listdir(self.path):
             path = self.path / name
-            if not PARTIAL.match(name) or name in ours:
-                continue
+            if not PARTIAL.match(name) or name in ours or _is_directory(path):
+                continue  # a directory is never a file bertconv staged
             if not any(_same_file(path, source) for source in self.protected):
                 path.unlink(missing_ok=True)
 

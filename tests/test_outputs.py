@@ -64,8 +64,10 @@ def test_only_bertconvs_own_leftovers_are_removed(source, tmp_path, cli):
         (out / name).write_bytes(data)
     leftover = out / ".model.safetensors.bertconv-0123456789ab.partial"  # a killed writer's
     leftover.write_bytes(b"stale")
+    named_like_one = out / ".vocab.txt.bertconv-0123456789ab.partial"  # a directory: not ours
+    named_like_one.mkdir()
     assert cli("convert", source, "--out", out)[0] == 0
-    assert not leftover.exists()
+    assert not leftover.exists() and named_like_one.is_dir()
     assert {name: (out / name).read_bytes() for name in mine} == mine
 
 
