@@ -210,7 +210,7 @@ def ended_early(path: Path, missing: int) -> CheckpointError:
     are checked then): changed on disk meanwhile."""
     return CheckpointError(
         f"{path}: the source ended {missing} bytes early, as it was read; was it changed or cut "
-        "short meanwhile? Nothing was written"
+        "short meanwhile?"
     )
 
 
