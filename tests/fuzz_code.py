@@ -1,16 +1,20 @@
 """The user's code misbehaving, fuzzed (issue 26): hypothesis writes a from-scratch BERT (the
 zoo's PooledBert, in a project of its own) with one fault put somewhere in it: a print (Python's
-or the file descriptor's), an exit, an exception of any kind, a write into its inputs; at import,
-in __init__, or in the forward, before or after it computes, on every call or the k-th only.
+or the file descriptor's), an exit, an exception of any kind, a write into its inputs, a change
+to the process (its working directory, sys.stderr, Ctrl-C's handler); at import, in __init__,
+or in the forward, before or after it computes, on every call or the k-th only.
 Each is run as a user runs it, `bertconv infer` then `bertconv verify --json`, and must end as
 its fault calls for:
 
 - stdout holds bertconv's output alone, which parses (a TOML table, strict JSON); nothing the
   model writes reaches file descriptor 1;
 - a documented exit code, and at most one clean message, never a traceback;
-- a fault that leaves the arithmetic alone (a print, a write into inputs already used) PASSES;
+- a fault that leaves the arithmetic alone (a print, a write into inputs already used, a change
+  to the process) PASSES;
 - a model that exits or raises wherever bertconv runs it is exit 2, said as the model's own;
-- a write into its inputs before it reads them, on every call, is never a PASS.
+- a write into its inputs before it reads them, on every call, is never a PASS;
+- what it changes of the process (the working directory, sys.stdout and sys.stderr, Ctrl-C's
+  handler, the warning filters, the recursion limit) is put back: bertconv goes on as started.
 
 fuzz.py runs it with the file campaigns (`make fuzz`); test_fuzz.py runs it briefly, seeded.
 """
@@ -39,7 +43,9 @@ USERS = {0: "done", 1: "FAILED or not BERT", 2: "the model's own fault"}
 
 TEMPLATE = """\
 import os
+import signal
 import sys
+import warnings
 
 import torch
 from family_bert import PooledBert
@@ -84,11 +90,20 @@ RAISES = [
     "import not_a_module_anywhere",
 ]
 WRITES = ["attention_mask.zero_()", "input_ids.fill_(0)", "token_type_ids.add_(1)"]
+# The process changed beyond the model: bertconv must go on as the user started it.
+STATE = [
+    'os.chdir("/")',
+    'sys.stdout = open(os.devnull, "w")',
+    'sys.stderr = open(os.devnull, "w")',
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)",
+    'warnings.simplefilter("error")',
+    "sys.setrecursionlimit(5000)",
+]
 
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # print, exit, raise, write
+    kind: str  # print, exit, raise, write, state
     place: str  # import, init, before, after
     code: str
     on_call: int | None  # forward faults: on this call only (None: every call)
@@ -96,7 +111,7 @@ class Fault:
     @property
     def harmless(self) -> bool:
         """Leaves the arithmetic as it is."""
-        return self.kind == "print" or (self.kind == "write" and self.place == "after")
+        return self.kind in ("print", "state") or (self.kind == "write" and self.place == "after")
 
     @property
     def always(self) -> bool:
@@ -122,10 +137,9 @@ class Fault:
 
 @st.composite
 def faults(draw) -> Fault:
-    kind = draw(st.sampled_from(["print", "exit", "raise", "write"]))
-    code = draw(
-        st.sampled_from({"print": PRINTS, "exit": EXITS, "raise": RAISES}.get(kind, WRITES))
-    )
+    codes = {"print": PRINTS, "exit": EXITS, "raise": RAISES, "write": WRITES, "state": STATE}
+    kind = draw(st.sampled_from(sorted(codes)))
+    code = draw(st.sampled_from(codes[kind]))
     places = ["before", "after"] if kind == "write" else ["import", "init", "before", "after"]
     place = draw(st.sampled_from(places))
     forward = place in ("before", "after")
@@ -196,7 +210,10 @@ def problems(fault: Fault, seeds: Seeds, work: Path) -> tuple[dict[str, int], li
     }  # fmt: skip
     codes, found = {}, []
     for name, args in commands.items():
+        before = process_state()
         code, out, err, leaked = run_cli(args)
+        if process_state() != before:
+            found.append(f"{name} ({fault}): the process was left changed: {process_state()}")
         codes[name] = code
         said = f"{name} ({fault}): exit {code}: {err.strip()[-300:]}"
         if code not in USERS:
@@ -213,6 +230,15 @@ def problems(fault: Fault, seeds: Seeds, work: Path) -> tuple[dict[str, int], li
         if fault.spoils and name == "verify" and code == 0:
             found.append(f"a model spoiling its own inputs PASSED, {said}")
     return codes, found
+
+
+def process_state() -> tuple:
+    """What a model's module may change of the process, beyond its model."""
+    import signal
+    import warnings
+
+    handler, filters = signal.getsignal(signal.SIGINT), warnings.filters[:]
+    return os.getcwd(), sys.stdout, sys.stderr, sys.getrecursionlimit(), handler, filters
 
 
 def _not_json(constant: str):

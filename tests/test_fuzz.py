@@ -67,7 +67,7 @@ def test_the_checks_catch_the_models_print_on_stdout(monkeypatch):
 
     from bertconv.yours import harness
 
-    monkeypatch.setattr(harness, "to_stderr", contextlib.nullcontext)
+    monkeypatch.setattr(harness, "users_code", contextlib.nullcontext)
     fault = fuzz_code.Fault("print", "before", 'os.write(1, b"fd noise\\n")', None)
     with tempfile.TemporaryDirectory() as root:
         seeds = fuzz_code.make_seeds(Path(root))

@@ -4,6 +4,7 @@ where); it may write into its inputs, override torch's methods carelessly, sit i
 name is no module name; verify --json stays strict JSON."""
 
 import json
+import os
 import shutil
 import tomllib
 from pathlib import Path
@@ -160,3 +161,45 @@ def test_every_batch_has_a_row_count_other_than_its_length(rows, length):
     assert torch.equal(got["input_ids"][:rows], batch["input_ids"])
     assert rows == length or got is batch
     assert (got["input_ids"].shape[0] - rows) % CHOICES == 0
+
+
+PROCESS_CHANGES = """
+import os, signal, sys, warnings
+from family_bert import PooledBert
+
+os.chdir("/")  # a script's habit: paths from the root from here on
+sys.stderr = open(os.devnull, "w")  # quiet, please
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+warnings.simplefilter("error")
+
+
+class Bert(PooledBert):
+    pass
+
+
+class Raises(PooledBert):
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        raise RuntimeError("out of memory")
+"""
+
+
+def test_what_the_models_module_changes_of_the_process_is_put_back(
+    table, minilm, tmp_path, cli, monkeypatch
+):
+    """A module that changes directory, silences stderr and ignores Ctrl-C as it is imported:
+    infer's relative --out lands where the user meant, bertconv's messages are seen, Ctrl-C
+    still stops it."""
+    import signal
+
+    for neighbour in ("family_bert.py", "head_parts.py"):
+        shutil.copy(ZOO / neighbour, tmp_path / neighbour)
+    (tmp_path / "changes.py").write_text(PROCESS_CHANGES)
+    monkeypatch.chdir(tmp_path)
+    handler = signal.getsignal(signal.SIGINT)
+    config = minilm / "config.json"
+    code, _, err = cli("infer", "changes.py:Bert", "--config", config, "--out", "mine.toml")
+    assert code == 0 and (tmp_path / "mine.toml").is_file(), err
+    assert "wrote mine.toml" in err  # said on the stderr bertconv was given
+    code, _, err = cli("verify", minilm, "--model", "changes.py:Raises", "--layout", table)
+    assert code == 2 and "the model's code raised RuntimeError: out of memory" in err, err
+    assert os.getcwd() == str(tmp_path) and signal.getsignal(signal.SIGINT) is handler

@@ -15,10 +15,13 @@ import importlib.util
 import inspect
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
+import warnings
 from collections.abc import Callable
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager, redirect_stdout, suppress
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -257,7 +260,7 @@ def guarded(spec: str, doing: str, advice: str = ""):
     """The user's code raising or exiting is reported as theirs: what, and where in their code
     (and `advice`, what to do); what it prints goes to stderr."""
     try:
-        with to_stderr():
+        with users_code():
             yield
     except (UsageError, KeyboardInterrupt):
         raise
@@ -275,20 +278,49 @@ def guarded(spec: str, doing: str, advice: str = ""):
 
 
 @contextmanager
-def to_stderr():
-    """What the user's code prints (a `print` in a forward, a C extension's output) goes to
-    stderr, at Python's level and the file descriptor's: stdout holds only bertconv's output,
-    a table or a JSON report that must parse."""
+def users_code():
+    """The user's code running. What it prints (a `print` in a forward, a C extension's output)
+    goes to stderr, at Python's level and the file descriptor's: stdout holds only bertconv's
+    output, a table or a JSON report that must parse. What it changes of the process besides
+    its model is put back after, so that bertconv goes on as the user started it: the working
+    directory (`--out t.toml` stays where the user meant), sys.stdout and sys.stderr (its
+    messages are seen), the handlers of Ctrl-C and SIGTERM, the recursion limit, the warning
+    filters."""
     sys.stdout.flush()
-    saved = os.dup(1)
+    saved, kept = os.dup(1), _process_state()
     os.dup2(2, 1)
     try:
-        with redirect_stdout(sys.stderr):
+        with warnings.catch_warnings(), redirect_stdout(sys.stderr):
             yield
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
+        _put_back(*kept)
+
+
+HANDLED = ("SIGINT", "SIGTERM")  # the signals bertconv answers (cli.py, files.py)
+
+
+def _process_state() -> tuple:
+    try:
+        cwd = os.getcwd()
+    except OSError:  # removed from under us: nothing to go back to
+        cwd = None
+    handlers = {name: signal.getsignal(getattr(signal, name)) for name in HANDLED}
+    return cwd, sys.stdout, sys.stderr, sys.getrecursionlimit(), handlers
+
+
+def _put_back(cwd, stdout, stderr, recursion_limit: int, handlers: dict) -> None:
+    if cwd is not None:
+        with suppress(OSError):  # gone since: bertconv's own paths say so when used
+            os.chdir(cwd)
+    sys.stdout, sys.stderr = stdout, stderr
+    sys.setrecursionlimit(recursion_limit)
+    if threading.current_thread() is threading.main_thread():  # where handlers may be set
+        for name, handler in handlers.items():
+            if handler is not None and signal.getsignal(getattr(signal, name)) is not handler:
+                signal.signal(getattr(signal, name), handler)
 
 
 def raised_by_model(error: BaseException) -> bool:
@@ -500,7 +532,7 @@ class Harness:
         """A traced forward on a prepared batch. The user's code raising is theirs (guard), or,
         where a candidate table may break it, the caller's to handle."""
         trace = Trace(self.model, dict(batch))
-        user = guarded(self.spec, "running its forward") if guard else to_stderr()
+        user = guarded(self.spec, "running its forward") if guard else users_code()
         with torch.inference_mode(), trace, user:
             output = self.call(batch)
         return Run(trace, output, batch)
