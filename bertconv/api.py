@@ -173,6 +173,7 @@ def _convert_into(
     nonfinite = storage.nonfinite_soon(ckpt.state_dict, storage.transposes(result.state_dict))
     write_checkpoint(output, result.state_dict, config, metadata, src.path, form)
     found = nonfinite()  # before the commit: a source the scan found cut short fails it
+    files.unchanged(source.seen)  # and one rewritten while it was read
     return Converted(ckpt, result, output.commit(), found)
 
 

@@ -8,7 +8,7 @@ recognises but never converts (BERT-pytorch's) may come without a config.json.
 
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -45,6 +45,7 @@ class Checkpoint:
     metadata: dict[str, str]
     files: list[Path]  # every file read: config.json and the weights
     identified: Identified  # how its layout was found, and which of its names it places
+    seen: dict[Path, tuple] = field(default_factory=dict)  # the weights files as first found
 
 
 def weight_files(directory: Path) -> tuple[Path | None, list[Path]]:
@@ -141,6 +142,8 @@ def read_checkpoint(
     if not named:  # what the user names is theirs; what a directory holds may be a stranger's
         for path in [*([index] if index else []), *weights, *beside]:
             files.confined(path)
+    # before a byte is read: a conversion checks them again before its commit
+    seen = {p: files.identity(p) for p in [*([index] if index else []), *weights, *beside]}
     config_path = next(
         (directory / n for n in CONFIG_FILES if files.is_present(directory / n)),
         directory / CONFIG_FILES[0],
@@ -156,7 +159,7 @@ def read_checkpoint(
     )
     read = [config_path, *([index] if index else []), *weights, *beside]
     return Checkpoint(
-        directory, config, config_dict, state_dict, found.layout, metadata, read, found
+        directory, config, config_dict, state_dict, found.layout, metadata, read, found, seen
     )
 
 

@@ -697,3 +697,62 @@ def test_a_checkpoint_file_linking_out_of_the_checkpoint_is_refused_unread(tmp_p
     result = cli("convert", src, "--out", tmp_path / "out")
     err = refused(result, 4, f"{src / 'checkpoint'}: is a link to {secret}, outside")
     assert "hunter2" not in err
+
+
+# Another process rewrites the source in place, or puts another file in its place, once bertconv
+# has written its first bytes (after a tick, so that the file's time moves on).
+CHANGED_WHILE_WRITING = """
+import contextlib, os, shutil, sys, time, types
+from bertconv import checkpoint
+from bertconv.cli import main
+
+source, how = sys.argv[1], sys.argv[2]
+shown = checkpoint._progress
+done = []
+
+def change(n):
+    if done:
+        return
+    done.append(n)
+    time.sleep(0.02)
+    if how == "rewritten":
+        with open(source, "r+b") as f:
+            f.seek(os.path.getsize(source) // 2)
+            f.write(b"\\x00" * 64)
+    else:
+        shutil.copy(source, source + ".new")
+        os.replace(source + ".new", source)
+
+def progress(total, what):
+    if what != "writing":
+        return shown(total, what)
+    return contextlib.nullcontext(types.SimpleNamespace(update=change))
+
+checkpoint._progress = progress
+sys.argv = ["bertconv", *sys.argv[3:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("how", ["rewritten", "replaced"])
+@pytest.mark.parametrize("to", ["google-tf", "bertconv"])
+def test_a_source_changed_while_it_is_converted_is_named_and_nothing_written(
+    how, to, checkpoints, tmp_path
+):
+    """Its bytes may be read partly before and partly after: two versions in one output."""
+    import subprocess
+    import sys
+
+    src = shutil.copytree(checkpoints["base"], tmp_path / "src")
+    weights = hostile(src / "model.safetensors")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kept.txt").write_text("as it was")
+    done = subprocess.run(
+        [sys.executable, "-c", CHANGED_WHILE_WRITING, str(weights), how,
+         "convert", str(src), "--to", to, "--out", str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 4, (done.returncode, done.stderr)
+    assert f"{weights}: changed while it was being converted" in done.stderr, done.stderr
+    assert sorted(os.listdir(out)) == ["kept.txt"]
