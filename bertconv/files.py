@@ -67,9 +67,13 @@ def is_present(path: Path) -> bool:
     return os.path.lexists(path)
 
 
-def identity(path: Path) -> tuple[int, int, int, int]:
-    """What tells that a file changed: which file it is, its size, when it was last written."""
-    found = os.stat(path)
+def identity(path: Path) -> tuple[int, int, int, int] | None:
+    """What tells that a file changed: which file it is, its size, when it was last written;
+    None where it cannot be found (its reader says why, when it reads it)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
     return found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns
 
 
@@ -77,11 +81,7 @@ def unchanged(seen: dict[Path, tuple]) -> None:
     """Raise where a file is not as `seen` (identity) found it: rewritten in place, cut short,
     replaced or removed since. A conversion that read it meanwhile may hold two versions."""
     for path, before in seen.items():
-        try:
-            now = identity(path)
-        except OSError:
-            now = None
-        if now != before:
+        if identity(path) != before:
             raise CheckpointError(
                 f"{path}: changed while it was being converted (rewritten, cut short or "
                 "replaced); what was read may mix two versions, so nothing was written. Convert "
