@@ -29,6 +29,7 @@ STYLES = {
     "style_held.py:ScriptedPoolerBert": "(B, T), 1 at the tokens",
     "style_pretraining.py:PretrainingBert": None,
     "style_time_first.py:TimeFirstBert": "(B, T), True at the padding",
+    "style_dict_input.py:Kodierer": "(B, T), 1 at the tokens",
 }
 
 
@@ -122,3 +123,55 @@ def test_a_classifier_beside_a_masked_lm_head_is_next_sentence_prediction(
     code, out, err = cli("verify", pretraining, "--model", name, "--layout", table)
     assert code == 0 and "PASSED" in out, out + err
     assert "mlm logits" in out and "nsp logits" in out, out
+
+
+def test_a_forward_taking_one_dict_of_inputs_is_given_one():
+    """`forward(self, batch: dict)` (or Dict[...], Mapping, as a string under `from __future__
+    import annotations`): the inputs in one dict, under transformers' names."""
+    for annotation in ("dict", "dict[str, torch.Tensor]", "'Mapping[str, torch.Tensor]'"):
+        namespace = {"torch": torch, "Mapping": __import__("typing").Mapping}
+        exec(f"def forward(self, batch: {annotation}, labels=None): pass", namespace)
+        model = type("Model", (torch.nn.Module,), {"forward": namespace["forward"]})()
+        found = harness.plan(model, "model.py:Model")
+        assert found.packed and set(found.arguments) == {IDS, MASK, TYPES}, annotation
+    namespace = {}
+    exec("def forward(self, batch): pass", namespace)  # no annotation: the ids, as ever
+    model = type("Model", (torch.nn.Module,), {"forward": namespace["forward"]})()
+    assert not harness.plan(model, "model.py:Model").packed
+
+
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        ("Verschoben", "layer 6 as computed inside: your forward returns no output computed"),
+        ("OhneBuendel", "pooler as computed inside: your forward returns no output computed"),
+        ("Eps", "Your model computes LayerNorm eps 1e-05"),
+    ],
+)
+def test_a_dict_taking_model_that_is_not_bert_fails_for_its_own_reason(
+    name, said, minilm, tmp_path, cli
+):
+    """It returns something else than it computes, drops its pooler, or has an eps of its own:
+    FAILED, the reason named."""
+    model, table = ZOO / "style_dict_input.py", tmp_path / "table.toml"
+    assert cli("infer", f"{model}:Kodierer", "--out", table)[0] == 0
+    code, out, err = cli("verify", minilm, "--model", f"{model}:{name}", "--layout", table)
+    assert code == 1 and "FAILED" in out and said in out, out + err
+
+
+def test_a_patch_of_torch_erf_fails_named_and_never_confirmed_as_a_cause(minilm, tmp_path, cli):
+    """The module swaps torch.erf for a tanh formula ("faster"): the hand-written GELU follows
+    it, transformers' reference does not."""
+    model, table = ZOO / "style_dict_input.py", tmp_path / "table.toml"
+    assert cli("infer", f"{model}:Kodierer", "--out", table)[0] == 0
+    (tmp_path / "patched.py").write_text(
+        "import sys, torch\n"
+        f"sys.path.insert(0, {str(ZOO)!r})\n"
+        "from style_dict_input import Kodierer\n"
+        "torch.erf = lambda x: torch.tanh(1.1283791670955126 * x * (1 + 0.044715 * x * x))\n"
+    )
+    code, out, err = cli("verify", minilm, "--model", f"{tmp_path / 'patched.py'}:Kodierer",
+                         "--layout", table)  # fmt: skip
+    assert code == 1 and "the model's module replaces torch.erf" in out, out + err
+    assert "Your model computes" not in out  # how a confirmed cause is said
+    assert "computes something else than BERT's. The config's hidden_act" in out, out

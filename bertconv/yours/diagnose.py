@@ -85,7 +85,7 @@ class Diagnosis:
             )
         return (
             f"{first}No deviation bertconv knows explains it: {self.step} computes something "
-            f"else than BERT's{self.detail}."
+            f"else than BERT's.{self.detail}"
         )
 
 

@@ -19,8 +19,9 @@ import signal
 import sys
 import threading
 import traceback
+import typing
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager, redirect_stdout, suppress
 from dataclasses import asdict, dataclass, replace
 from functools import partial
@@ -403,6 +404,7 @@ class Plan:
     arguments: dict[str, str]  # parameter -> input_ids, attention_mask, ..., masked_positions
     mask: str = next(iter(MASKS))  # the form of the mask (MASKS)
     keywords: bool = True  # passed by name (else by position, to a forward(*args))
+    packed: bool = False  # passed as one dict, keyed by `arguments`, to a forward(batch: dict)
 
     @property
     def given(self) -> set[str]:
@@ -420,6 +422,8 @@ def plan(model: nn.Module, spec: str) -> Plan:
         return Plan({"input_ids": "input_ids"}, keywords=False)
     params = [p for p in signature.parameters.values() if p.name != "self"]
     named = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if named and _takes_a_dict(named[0]) and all(p.default is not p.empty for p in named[1:]):
+        return Plan({k: k for k in ("input_ids", "attention_mask", "token_type_ids")}, packed=True)
     found = _by_name([p.name for p in named])
     if "input_ids" not in found.values():
         first = next((p.name for p in named if p.name not in found), None)
@@ -443,6 +447,20 @@ def plan(model: nn.Module, spec: str) -> Plan:
     arguments = dict(sorted(found.items(), key=lambda kv: order[kv[0]]))
     inverted = any(a in INVERTED_MASKS for a in arguments)
     return Plan(arguments, list(MASKS)[inverted])
+
+
+def _takes_a_dict(parameter: inspect.Parameter) -> bool:
+    """A parameter annotated as a dict of the inputs (`batch: dict`, `Dict[str, Tensor]`,
+    `Mapping[...]`, or the same as a string), as training code that hands its model a collated
+    batch writes it: given transformers' names as keys."""
+    annotation = parameter.annotation
+    if annotation is parameter.empty:
+        return False
+    origin = typing.get_origin(annotation) or annotation
+    if isinstance(origin, type):
+        return issubclass(origin, Mapping)
+    spelt = str(annotation).removeprefix("typing.").split("[")[0]
+    return spelt in ("dict", "Dict", "Mapping", "MutableMapping")
 
 
 def _by_name(names: list[str]) -> dict[str, str]:
@@ -519,6 +537,8 @@ class Harness:
         }
         # each call its own copy: a forward may write into what it is given (its mask)
         args = {theirs: values[ours]().clone() for theirs, ours in self.plan.arguments.items()}
+        if self.plan.packed:
+            return self.model(args)
         return self.model(**args) if self.plan.keywords else self.model(*args.values())
 
     def varies(self, run: Run) -> bool:
