@@ -473,7 +473,7 @@ def format_report(report) -> str:
         line = f"{row.name:12s} {row.max_abs:10.2e} {row.mean_abs:10.2e} {row.limit:10.2e}"
         line += f" {row.reference_max_abs:13.2e}" if low else ""
         lines.append(line + ("  ok" if row.passed else "  FAIL"))
-    lines += [f"not compared: {note}" for note in report.notes]
+    lines += [f"note: {note}" for note in report.notes]
     if report.nonfinite:
         lines.append(f"weights holding NaN or Inf ({len(report.nonfinite)}):")
         lines += [f"  {name}" for name in report.nonfinite]

@@ -61,7 +61,7 @@ class Report:
     inputs: list[str]
     rows: list[Comparison] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)  # weights holding NaN or Inf, by name
-    notes: list[str] = field(default_factory=list)  # what was not compared, and why
+    notes: list[str] = field(default_factory=list)  # what to know besides the rows
     diagnosis: Diagnosis | None = None  # where and why the first failing row differs
 
     @property
@@ -200,7 +200,8 @@ def verify(
         # a from-scratch BERT holds a RoBERTa (ELECTRA, DistilBERT) as BERT: family.py
         ours, name = Yours(*as_bert(ckpt, reading), model, model_layout), model
         kind = ckpt.config.model_type
-        ours.notes += [f"{g}: {kind}'s head has no place in BERT" for g in left_out(ckpt, reading)]
+        placeless = left_out(ckpt, reading)
+        ours.notes += [f"{g}: {kind}'s head has no place in BERT (not compared)" for g in placeless]
         patches = [f"the model's module replaces {'.'.join(k)}" for k in APPLIED]
         ours.notes[:0] = [f"{p} (transformers' outputs computed without it)" for p in patches]
     batches = {k: ours.prepare(b) for k, b in batches.items()}
@@ -372,7 +373,7 @@ class Yours(Ours):
         if label.hidden:  # compared with the state the model carries there; the diagnosis says
             return
         names = ", ".join(sorted(self.anchors[label]))
-        note = f"{label}: your model's forward never uses {names}"
+        note = f"{label}: your model's forward never uses {names} (not compared)"
         if note not in self.notes:
             self.notes.append(note)
 
@@ -430,7 +431,8 @@ def _not_compared(table, config: BertConfig, absent, kept) -> list[str]:
             by_names.setdefault(names, []).append(group)
     own = [f"{', '.join(sorted(table.own)[:8])}: your model's own (never loaded or compared)"]
     return [
-        f"{' / '.join(groups)}: the checkpoint has none (your model's keeps its own weights)"
+        f"{' / '.join(groups)}: the checkpoint has none (not compared; your model keeps its own "
+        "weights)"
         for groups in by_names.values()
     ] + own * bool(table.own)
 

@@ -239,11 +239,11 @@ def _failing_part(distances: dict[Output, float] | None) -> str | None:
 
 def infer(spec: str, config_dict: dict | None = None) -> Inference:
     """The table of `spec`'s names (PKG.MODULE:NAME or path.py:NAME), found and checked."""
-    # A config.json naming its classes is transformers': without id2label, num_labels is 2.
     # a RoBERTa's (ELECTRA's, DistilBERT's) config.json as a from-scratch BERT takes it
     config_dict = bert_config_dict(config_dict) if config_dict else config_dict
     if (config_dict or {}).get("num_hidden_layers", 2) == 1:  # a layer's names need two to tell
         config_dict = {**config_dict, "num_hidden_layers": 2}  # {layer} apart; a table has any
+    # A config.json naming its classes is transformers': without id2label, num_labels is 2.
     probe = PROBE | ({"num_labels": 2} if "architectures" in (config_dict or {}) else {})
     config = BertConfig.from_dict({**probe, **(config_dict or {})}, "--config")
     from ..batches import random_batch
