@@ -5,8 +5,8 @@ GPU (where there is one): bf16, 64 x 512, padded (lengths 256-512): at least 1.3
 utilisation against the GPU's bf16 peak as measured here with a large matrix product (goal 50%);
 the same batch unpadded (every row 512): at least 1.05x. Both models return the last layer and
 the pooled output (no list of every layer's hidden states). On the GPU, bertconv's model is
-measured twice: as it is, and with the packed attention (bertconv.packed, opt-in until these rows
-have measured it) where it can run there.
+measured twice: as it is, and with the packed attention (bertconv.packed, opt-in) where it can
+run there; bench/packed.py measures that path's parity.
 """
 
 import argparse

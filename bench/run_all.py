@@ -1,7 +1,7 @@
 """Run every benchmark and write the results, with the machine's details, to docs/.
 
 python bench/run_all.py          # CPU: targets 1-6 -> docs/benchmarks.md
-python bench/run_all.py --gpu    # GPU: parity and forward -> docs/benchmarks-gpu.md
+python bench/run_all.py --gpu    # GPU: parity (packed too), forward -> docs/benchmarks-gpu.md
 """
 
 import argparse
@@ -15,6 +15,7 @@ import convert
 import forward
 import infer
 import load
+import packed
 import startup
 import tf_convert
 import verify
@@ -72,7 +73,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.gpu:
-        sections = [absolute_parity(), relative_parity(), forward.main("cuda")]
+        sections = [absolute_parity(), relative_parity(), packed.main(), forward.main("cuda")]
         out = args.out or ROOT / "docs" / "benchmarks-gpu.md"
         title = "# Benchmarks on the GPU"
     else:
