@@ -1,9 +1,12 @@
 """The batches verify runs both models on: the checkpoint's own tokenizer on a few real sentences
-(where it ships one), and random ids, each padded. Every batch has a row count other than its
-length, so that a model's outputs read (tokens, batch, features) are told from (batch, tokens,
-features) by their shape alone."""
+(where it ships one), random ids, and random ids of every position a sequence may have, each
+padded. Each shape is run twice, the second time with other right-padded lengths, so that a
+model that keeps something of one batch for the next of its shape (its mask, cached by shape)
+is caught. Every batch has a row count other than its length, so that a model's outputs read
+(tokens, batch, features) are told from (batch, tokens, features) by their shape alone."""
 
 import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -21,7 +24,10 @@ TEXTS = [
     ("I went to the bank", "to deposit my paycheck before the river flooded the town."),
 ]
 RANDOM_BATCH, RANDOM_LENGTH, SEED = 4, 48, 0
-# config.json fields transformers acts on that leave BERT's arithmetic as it is (bertconv's model
+# A batch of the checkpoint's full length: a row of it and one of at most RANDOM_LENGTH tokens (two
+# rows: a (tokens, hidden) tensor is never (batch * tokens, hidden) too).
+FULL_ROWS = 2
+TEXT, RANDOM = "tokenized text", "random ids"
 CHOICES = 2  # multiple choice: a batch's rows are taken in twos, as the choices of one question
 TOKENIZER_LIMIT = 256 << 20  # bytes; the largest real tokenizer.json files are ~20 MB
 
@@ -101,12 +107,33 @@ def positions(config: BertConfig) -> int:
     return config.max_position_embeddings - catalog.reserved_positions(config)
 
 
-def random_batch(config: BertConfig, length: int = RANDOM_LENGTH) -> dict[str, torch.Tensor]:
-    """Random ids and token types, every row but the first padded to a random length: the pad
-    id at every padded place, and never among the real tokens (RoBERTa tells them apart by it)."""
+@dataclass(frozen=True)
+class Batch:
+    """One batch both models read: its kind (what `Report.inputs` lists), its tensors, whether it
+    is the twin of the batch before it (its shape, other padding), and whether it reaches every
+    position a sequence may have."""
+
+    kind: str
+    tensors: dict[str, torch.Tensor]
+    again: bool = False
+    full: bool = False
+
+    @property
+    def longest(self) -> int:
+        """The most real tokens a sequence of it has."""
+        return int(self.tensors["attention_mask"].sum(-1).max())
+
+
+def random_batch(
+    config: BertConfig, length: int = RANDOM_LENGTH, rows: int = RANDOM_BATCH, others: int = 0
+) -> dict[str, torch.Tensor]:
+    """Random ids and token types, every row but the first padded to a random length (of at
+    most `others` tokens, where given): the pad id at every padded place, and never among the
+    real tokens (RoBERTa tells them apart by it)."""
     g = torch.Generator().manual_seed(SEED)
-    shape = (RANDOM_BATCH, max(1, min(length, positions(config))))
-    lengths = torch.randint(min(2, shape[1]), shape[1] + 1, (shape[0],), generator=g)
+    shape = (rows, max(1, min(length, positions(config))))
+    longest = min(others or shape[1], shape[1])
+    lengths = torch.randint(min(2, longest), longest + 1, (shape[0],), generator=g)
     lengths[0] = shape[1]
     mask = (torch.arange(shape[1]) < lengths[:, None]).long()
     ids = torch.randint(0, max(1, config.vocab_size - 1), shape, generator=g)
@@ -131,6 +158,45 @@ def apart(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: torch.cat([v, *[v[-1:]] * CHOICES]) for k, v in batch.items()}
 
 
+def repadded(batch: dict[str, torch.Tensor], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """A batch of `batch`'s shape whose rows have other right-padded lengths: its rows taken one
+    further on; where that changes no length (every row as long), its last row cut to half."""
+    rolled = {k: v.roll(1, 0) for k, v in batch.items()}
+    mask = rolled["attention_mask"]
+    if not torch.equal(mask, batch["attention_mask"]) or mask.shape[1] < 2:
+        return rolled
+    cut = torch.ones_like(mask)
+    cut[-1, mask.shape[1] // 2 :] = 0
+    return {
+        "input_ids": torch.where(cut.bool(), rolled["input_ids"], pad_token_id),
+        "attention_mask": mask * cut,
+        "token_type_ids": rolled["token_type_ids"] * cut,
+    }
+
+
+def pattern(batches: list[Batch], differs: list[bool]) -> str | None:
+    """What the batches an output differs on have in common, where it tells a cause: every batch
+    right the first time its shape is run and a twin wrong (something kept from an earlier batch
+    of that shape); or every batch of at most N tokens right and a longer one wrong."""
+    if not any(differs) or all(differs):
+        return None
+    wrong = [b for b, d in zip(batches, differs, strict=True) if d]
+    if all(b.again for b in wrong):
+        return (
+            f"right on each batch the first time its shape is run, wrong on the {wrong[0].kind} "
+            "run again with other padding: your model keeps something of an earlier batch of "
+            "that shape (a mask cached by its shape?)"
+        )
+    right = max(b.longest for b, d in zip(batches, differs, strict=True) if not d)
+    if right < min(b.longest for b in wrong):
+        return (
+            f"right on every batch of sequences of up to {right} tokens, wrong on a batch "
+            f"reaching {min(b.longest for b in wrong)}: your model computes longer sequences "
+            "otherwise"
+        )
+    return None
+
+
 def left_padded(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The same rows with their padding moved to the left."""
     n = batch["attention_mask"].shape[1]
@@ -139,16 +205,27 @@ def left_padded(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.gather(1, index) for k, v in batch.items()}
 
 
-def inputs(path: Path, config: BertConfig, model_class: str) -> dict[str, dict]:
+def inputs(path: Path, config: BertConfig, model_class: str) -> list[Batch]:
     """The batches both models read: the checkpoint's own tokenizer on TEXTS (where it ships
-    one), and random ids; for multiple choice, rows taken in twos as the choices of one item."""
-    batches = {"random ids": random_batch(config)}
+    one), random ids, and random ids of the full length (a model right on short sequences alone
+    is caught), each followed by its twin of the same shape, padded otherwise (`repadded`); for
+    multiple choice, rows taken in twos as the choices of one item."""
     text = tokenizer_batch(path, config)
-    if text is not None:
-        batches = {"tokenized text": text} | batches
-    if catalog.implementation(model_class, config.model_type) == "BertForMultipleChoice":
-        return {
-            k: {n: t.view(-1, CHOICES, t.shape[-1]) for n, t in b.items()}
-            for k, b in batches.items()
-        }
+    kinds = [Batch(TEXT, text)] if text is not None else []
+    kinds.append(Batch(RANDOM, random_batch(config)))
+    full = positions(config)
+    if full > RANDOM_LENGTH:  # else the random ids are of the full length already
+        tensors = random_batch(config, full, FULL_ROWS, others=RANDOM_LENGTH)
+        kinds.append(Batch(f"random ids of all {full} positions", tensors, full=True))
+    choices = catalog.implementation(model_class, config.model_type) == "BertForMultipleChoice"
+    batches = []
+    for b in kinds:
+        twin = Batch(b.kind, repadded(b.tensors, config.pad_token_id), again=True, full=b.full)
+        batches += [b, twin]
+    if choices:
+        return [replace(b, tensors=_in_twos(b.tensors)) for b in batches]
     return batches
+
+
+def _in_twos(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {n: t.view(-1, CHOICES, t.shape[-1]) for n, t in tensors.items()}

@@ -432,10 +432,13 @@ def verify(
     into its names once and loaded strictly, every hidden state read from a trace of its torch
     calls where it computes it, the pooler as it computes it (no tanh added).
 
-    Inputs: text through the checkpoint's own tokenizer (padded, both token types) and a batch
-    of random ids. Tolerance: in float32, max abs difference <= 1e-5 (TF32 off); in bfloat16 and
-    float16, our error against transformers-in-float32 at most twice transformers' own error in
-    that dtype. Exits 0 within tolerance, 1 otherwise. Needs the `verify` extra (transformers)."""
+    Inputs: text through the checkpoint's own tokenizer (padded, both token types), a batch of
+    random ids, and random ids of every position the checkpoint has (compared in float64 where
+    float32 is: float32's own rounding over so many positions nears the tolerance); each shape
+    twice, padded otherwise. Tolerance: in float32, max abs difference <= 1e-5 (TF32 off); in
+    bfloat16 and float16, our error against transformers-in-float32 at most twice transformers'
+    own error in that dtype. Exits 0 within tolerance, 1 otherwise. Needs the `verify` extra
+    (transformers)."""
     from .verify import verify as run_verify
 
     if layout is not None and model is None:
@@ -460,13 +463,23 @@ def _strict(value):
     return value
 
 
+def _float64(report) -> str:
+    if not report.in_float64:
+        return ""
+    return (
+        f" ({', '.join(report.in_float64)} in float64: float32's own rounding over so many "
+        "positions nears the tolerance)"
+    )
+
+
 def format_report(report) -> str:
     low = report.dtype != "float32"
     head = f"{'':12s} {'max abs':>10s} {'mean abs':>10s} {'limit':>10s}"
     head += f" {'their error':>13s}" if low else ""
     lines = [
         f"parity of {report.source} ({report.model_class}) on {report.device}, {report.dtype}; "
-        "inputs: " + ", ".join(report.inputs),
+        f"inputs: {', '.join(report.inputs)}, each shape twice, padded otherwise; sequences of "
+        f"up to {report.longest_sequence} tokens{_float64(report)}",
         head + "  ok",
     ]
     for row in report.rows:

@@ -110,6 +110,15 @@ class Table:
         """The layout's names for an official tensor (a row's, then tied copies'); () if none."""
         return tuple(h.name for h in self.holders.get(official, ()))
 
+    def held_as(self, official: str) -> tuple[str, ...]:
+        """Every name a model in this layout may hold an official tensor under: names_for's, and,
+        for a prefixed group's, those under the prefix (a task class holds its encoder there)."""
+        names = self.names_for(official)
+        prefixed = [
+            self.prefix + n for n in names if n in self.rows and self.rows[n].group in self.prefixed
+        ]
+        return names + tuple(prefixed) if self.prefix else names
+
     def written(self, officials: set[str], groups: frozenset[str]) -> dict[str, str]:
         """{a name this layout writes: the row it is written from} for the rows whose official
         tensors are all among `officials`, beside the groups `groups`: the prefixed groups

@@ -4,6 +4,7 @@ own BERT (bertconv.yours), which read the same outputs from a trace.
 """
 
 import inspect
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -71,7 +72,7 @@ def compared(
     model, batch: dict[str, torch.Tensor], heads: list[Head]
 ) -> dict[Output, torch.Tensor]:
     """One forward pass: hidden states at real positions, the pooler, and each head's outputs
-    (per-token ones at real positions), in float32 on the CPU. For bertconv's model and
+    (per-token ones at real positions), on the CPU (`exact`). For bertconv's model and
     transformers' alike: transformers' task classes do not return the pooler output, so a hook
     on the pooler catches it."""
     from .model import BertModel
@@ -96,4 +97,72 @@ def compared(
     for head in heads:
         value = getattr(out, head.attribute)
         named[head.output] = value[real] if head.per_token else value
-    return {k: v.float().cpu() for k, v in named.items()}
+    return {k: exact(v) for k, v in named.items()}
+
+
+def exact(value: torch.Tensor) -> torch.Tensor:
+    """A compared value on the CPU, in float32, or in float64 where computed in it."""
+    return value.cpu().to(torch.float64 if value.dtype == torch.float64 else torch.float32)
+
+
+def truth(dtype: torch.dtype) -> torch.dtype:
+    """What a model run in `dtype` is compared against: transformers in float64 where it ran in
+    float64, else in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def cast_order(dtype: torch.dtype) -> tuple:
+    """The order a model is cast in: float32 first (the weights as read), then float64 (which
+    keeps them), half last."""
+    return (dtype != torch.float32, dtype.itemsize < 4)
+
+
+def key(batch: dict[str, torch.Tensor]) -> tuple:
+    """A batch as a dict key: a model's outputs on it are looked up by what it holds."""
+    return tuple((n, tuple(t.shape), t.numpy().tobytes()) for n, t in sorted(batch.items()))
+
+
+class Runner:
+    """A model of bertconv's or transformers' (they take the same arguments) run on verify's
+    batches, each in its dtype, and the heads' outputs to compare. A user's own model
+    (yours/adapter.py) is run the same way, read from a trace."""
+
+    def __init__(self, model, heads: list[Head]):
+        self.model, self.heads, self.notes = model, heads, []
+
+    def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The batch in the form the model reads it."""
+        return batch
+
+    def run(self, batches, device: torch.device, dtypes: list) -> dict[Output, torch.Tensor]:
+        """The compared outputs over all batches, each run in its dtype, on the CPU (`exact`).
+        Each batch's are kept too (`per_batch`, and the dtype each ran in, `dtypes`)."""
+        self.per_batch, self.dtypes = [], []
+        for batch, dtype in zip(batches, dtypes, strict=True):
+            outputs, ran_in = self.run_one(batch, device, dtype)
+            self.per_batch.append(outputs)
+            self.dtypes.append(ran_in)
+        keys = dict.fromkeys(k for p in self.per_batch for k in p)  # missing from one: fails
+        every = {k: all(k in p for p in self.per_batch) for k in keys}
+        nan = torch.tensor(math.nan)
+        return {k: torch.cat([p[k] for p in self.per_batch]) if every[k] else nan for k in keys}
+
+    def run_one(self, batch: dict, device: torch.device, dtype: torch.dtype) -> tuple[dict, object]:
+        """The outputs of one batch, and the dtype they were computed in."""
+        self.model.to(device=device, dtype=dtype)
+        return self.outputs({k: v.to(device) for k, v in batch.items()}), dtype
+
+    def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
+        return compared(self.model, batch, self.heads)
+
+    def differs_inside(self, output: Output, expected: list, limit: float) -> bool:
+        """Does the model compute `output` otherwise inside (not only return something else)?
+        `expected`: the reference's, batch by batch."""
+        return True
+
+    def reference_seeded(self, computed: dict, batches: list, device) -> None:
+        """transformers' outputs for heads given seeded weights, where the model has any."""
+
+    def what_head_reads(self, row: Output, batch: dict) -> list[str]:
+        """Where a head's row fails, what the head reads, where that is not what BERT's does."""
+        return []

@@ -72,7 +72,9 @@ def test_verify_reports_every_layer_and_both_heads_as_json(checkpoints):
     report = json.loads(result.stdout)
     names = [row["name"] for row in report["rows"]]
     assert names == ["embeddings", "layer 1", "layer 2", "pooler", "mlm logits", "nsp logits"]
-    assert report["inputs"] == ["tokenized text", "random ids"]
+    assert report["inputs"] == ["tokenized text", "random ids", "random ids of all 64 positions"]
+    assert report["longest_sequence"] == 64
+    assert not [key for key in report if "max" in key]  # the word is kept for differences
     assert report["passed"] and all(
         row["max_abs"] <= row["limit"] == 1e-5 for row in report["rows"]
     )

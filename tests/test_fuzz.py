@@ -65,9 +65,10 @@ def test_the_checks_catch_the_models_print_on_stdout(monkeypatch):
     model reaches stdout, and the campaign says so."""
     import contextlib
 
-    from bertconv.yours import harness
+    from bertconv.yours import fence, harness
 
-    monkeypatch.setattr(harness, "users_code", contextlib.nullcontext)
+    for module in (fence, harness):  # where the model's code runs: fenced, and traced
+        monkeypatch.setattr(module, "users_code", contextlib.nullcontext)
     fault = fuzz_code.Fault("print", "before", 'os.write(1, b"fd noise\\n")', None)
     with tempfile.TemporaryDirectory() as root:
         seeds = fuzz_code.make_seeds(Path(root))

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertconv.yours import harness
+from bertconv.yours import fence
 
 LIARS = Path(__file__).parent / "liars"
 SHIPPED = F.gelu, torch.nn.LayerNorm, F.scaled_dot_product_attention
@@ -31,7 +31,7 @@ PATCHES = {
 def shipped():
     """No patch outlives its test: other tests in this process compute with torch as shipped."""
     yield
-    harness.unpatch()
+    fence.unpatch()
     assert (F.gelu, torch.nn.LayerNorm, F.scaled_dot_product_attention) == SHIPPED
     assert "softmax" not in vars(torch.Tensor)
 
@@ -74,7 +74,7 @@ def test_the_patch_is_named_and_fails_again_on_a_second_verify_in_the_same_proce
     for _ in range(2):
         code, out, _ = verify(cli, minilm, table, "patch_gelu")
         assert code == 1 and "torch.nn.functional.gelu" in out, out
-        harness.unpatch()
+        fence.unpatch()
 
 
 def test_a_patch_of_what_only_transformers_uses_passes_a_right_model_named(cli, minilm, table):
@@ -88,7 +88,7 @@ def test_a_patch_of_what_only_transformers_uses_passes_a_right_model_named(cli, 
 def test_torch_is_as_shipped_for_the_reference_after_an_earlier_import(cli, minilm, table):
     """A patching module imported by an earlier command of this process (infer, here) does not
     reach the reference of the next: bertconv's own model still verifies."""
-    harness.import_factory(f"{LIARS / 'patch_gelu.py'}:Bert")
+    fence.import_factory(f"{LIARS / 'patch_gelu.py'}:Bert")
     assert F.gelu is not SHIPPED[0]
     code, out, err = cli("verify", minilm, "--device", "cpu")
     assert code == 0 and "PASSED" in out, out + err

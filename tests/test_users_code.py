@@ -203,3 +203,20 @@ def test_what_the_models_module_changes_of_the_process_is_put_back(
     code, _, err = cli("verify", minilm, "--model", "changes.py:Raises", "--layout", table)
     assert code == 2 and "the model's code raised RuntimeError: out of memory" in err, err
     assert os.getcwd() == str(tmp_path) and signal.getsignal(signal.SIGINT) is handler
+
+
+def test_a_tensor_of_another_shape_than_the_models_is_exit_4_naming_both():
+    """load_state_dict raises on a size mismatch even where not strict: bertconv checks the
+    shapes first, and names them (it was exit 70)."""
+    import torch
+    from torch import nn
+
+    from bertconv.errors import CheckpointError
+    from bertconv.yours.harness import load_weights
+
+    model = nn.Sequential(nn.Linear(4, 3))
+    tensors = {"0.weight": torch.zeros(2, 4), "0.bias": torch.zeros(3)}
+    with pytest.raises(
+        CheckpointError, match=r"0.weight: \(3, 4\) in the model, \(2, 4\) converted"
+    ):
+        load_weights(model, "m.py:M", tensors, set())

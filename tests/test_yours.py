@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 import bertconv
 from bertconv.tables import TABLES, read_table
 from bertconv.verify import FLOAT32_MAX_ABS, verify
+from bertconv.yours import fence
 from bertconv.yours import harness as usermodel
 from bertconv.yours.infer import infer
 from conftest import TINY
@@ -71,7 +72,7 @@ def test_an_inferred_table_converts_minilm_into_the_models_names_and_verifies(
     assert code == 0, err
     config_dict = json.loads((minilm / "config.json").read_text())
     config = usermodel.config_object(config_dict, bertconv.BertConfig.from_dict(config_dict))
-    model = usermodel.import_factory(zoo_model(name))(config)
+    model = fence.import_factory(zoo_model(name))(config)
     written = load_file(tmp_path / "out" / "model.safetensors")
     model.load_state_dict(written, strict=True)  # the converted file loads into the class itself
     report = verify(str(minilm), "cpu", model=zoo_model(name), model_layout=str(table))
@@ -199,5 +200,5 @@ def test_the_models_forward_is_called_by_its_parameter_names():
         "NoSegmentsBert": {"tokens": "input_ids", "attn_mask": "attention_mask"},
     }
     for name, expected in spellings.items():
-        model = usermodel.import_factory(zoo_model(name))(config)
+        model = fence.import_factory(zoo_model(name))(config)
         assert usermodel.plan(model, name).arguments == expected

@@ -1,6 +1,6 @@
-"""Your own BERT: importing it as Python would, building it from config.json, calling its forward
-the way it asks, and reading what it computes from a trace of its torch calls (trace.py), with no
-change to its code.
+"""Your own BERT: building it from config.json (its module imported by fence.py), calling its
+forward the way it asks, and reading what it computes from a trace of its torch calls
+(trace.py), with no change to its code.
 
     --model PKG.MODULE:NAME      or      --model path/to/bert.py:NAME
 
@@ -10,29 +10,20 @@ to every config.json field, and BertConfig's defaults for the fields config.json
 The forward is called by parameter name, then by elimination (`plan`).
 """
 
-import importlib
-import importlib.util
 import inspect
-import os
-import re
-import signal
-import sys
-import threading
-import traceback
 import typing
-import warnings
 from collections.abc import Callable, Mapping
-from contextlib import contextmanager, redirect_stdout, suppress
 from dataclasses import asdict, dataclass, replace
 from functools import partial
-from pathlib import Path
 from unittest.mock import patch
 
 import torch
 from torch import nn
 
+from ..catalog import numbers_positions_after_pad
 from ..config import BertConfig
 from ..errors import CheckpointError, UsageError, UserCodeError
+from .fence import guarded, import_factory, users_code
 from .trace import Trace, tensors_in
 from .units import words
 
@@ -47,6 +38,8 @@ SPELLINGS = {
                        "segs", "type_ids", "tk_type_ids", "tt", "token_type_id", "segment_id"),
     "lengths": ("valid_lens", "valid_len", "lengths", "lens", "seq_lens", "seq_len",
                 "seq_lengths", "input_lengths", "input_lens", "length", "src_lengths"),
+    "position_ids": ("position_ids", "pos_ids", "positions", "position_idx", "pos_idx",
+                     "position_index", "position_indices"),
 }  # fmt: skip
 # The forms of a mask tried in turn where the forward raises on the first (made of the (B, T)
 # mask of 1 at the tokens); where every form raises, no mask: the model makes it from the pad id.
@@ -58,11 +51,19 @@ MASKS = {
 }
 # A mask that marks the padding rather than the tokens (nn.MultiheadAttention's convention).
 INVERTED_MASKS = ("key_padding_mask", "padding_mask", "pad_mask", "src_key_padding_mask")
+# Names that say which way round the mask is (transformers' and Google's: 1 at the tokens; the
+# inverted ones): taken as they say. Another (`mask`, `m`) is tried both ways round.
+SAID_MASKS = ("attention_mask", "input_mask", *INVERTED_MASKS)
 # Words that make a name something else than the attention mask: masked-LM positions, labels,
 # a mask of heads, of the future, or of another sequence (cross-attention).
 NOT_THE_MASK = {
     "lm", "mlm", "masked", "pos", "position", "positions", "label", "labels",
     "head", "heads", "causal", "future", "encoder", "decoder", "memory", "tgt",
+}  # fmt: skip
+# Words that make a name something else than an input bertconv gives by elimination.
+SAYS_OTHERWISE = {
+    "position", "positions", "pos", "label", "labels", "head", "heads", "hidden", "state",
+    "states", "past", "cache", "encoder", "decoder", "memory", "tgt", "target", "targets",
 }  # fmt: skip
 # Sizes a constructor may ask for by another name, and the config.json field that gives each.
 SIZE_NAMES = {
@@ -116,228 +117,6 @@ def config_object(config_dict: dict, config: BertConfig) -> Config:
     return Config({**DEFAULTS, **asdict(config), **config_dict})
 
 
-def import_factory(spec: str) -> Callable:
-    """The class or function `spec` names: `package.module:Name` or `path/to/file.py:Name`. torch
-    as shipped first (no other model's patches), then as this model's module leaves it (PATCHES)."""
-    where, _, name = spec.rpartition(":")
-    if not where or not name:
-        raise UsageError(f"--model {spec!r}: expected PKG.MODULE:NAME or path/to/file.py:NAME")
-    path, module_name, root = Path(where), where, Path.cwd()
-    if where.endswith(".py") or "/" in where:
-        path = Path(where).expanduser().resolve()
-        if not path.is_file():
-            raise UsageError(f"--model {spec!r}: cannot import {where} (no such file {path})")
-        module_name, root = _module_name(path)
-    unpatch()
-    spaces = _torch_namespaces()
-    before = _attributes(spaces)
-    with guarded(spec, f"importing {where}"), _importing(root, str(path)):
-        if module_name != where:
-            module = _exec_file(module_name, path)
-        else:  # a module by its dotted name
-            try:
-                module = importlib.import_module(where)
-            except ModuleNotFoundError as e:
-                if e.name is None or not where.startswith(e.name):
-                    raise  # the module's own imports: its error
-                raise UsageError(
-                    f"--model {spec!r}: cannot import {where} (ModuleNotFoundError: {e})"
-                ) from None
-    _apply(PATCHES.setdefault(module.__name__, _patches(spaces, before)))  # imported before: redone
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise UsageError(f"--model {spec!r}: {where} has no class or function {name!r}")
-    return factory
-
-
-MISSING = object()
-# What each model's module changed in torch when it was imported, by module name, and what is in
-# effect now: {(namespace, attribute): (the namespace, torch's own value or MISSING, the module's)}.
-PATCHES: dict[str, dict[tuple[str, str], tuple]] = {}
-APPLIED: dict[tuple[str, str], tuple] = {}
-
-
-def _torch_namespaces() -> dict[str, object]:
-    """Where a model's module may patch torch, by name: torch, torch.Tensor, torch.nn and its
-    modules (functional, init, ...), nn's module classes."""
-    spaces = {n: m for n, m in list(sys.modules.items()) if n.startswith("torch.nn") and m}
-    classes = {f"torch.nn.{n}": c for n, c in vars(nn).items() if isinstance(c, type)}
-    return {"torch": torch, "torch.Tensor": torch.Tensor} | spaces | classes
-
-
-def _attributes(spaces: dict[str, object]) -> dict[tuple[str, str], object]:
-    return {(n, a): value for n, space in spaces.items() for a, value in list(vars(space).items())}
-
-
-def _patches(spaces: dict[str, object], before: dict) -> dict[tuple[str, str], tuple]:
-    """What changed since `before`, but the submodules an import adds to its package."""
-    after = _attributes(spaces)
-    changed = {k for k in before.keys() | after.keys() if before.get(k) is not after.get(k)}
-    changed -= {k for k in changed - before.keys() if inspect.ismodule(after[k])}
-    return {k: (spaces[k[0]], before.get(k, MISSING), after.get(k, MISSING)) for k in changed}
-
-
-def _set(space, attribute: str, value) -> None:
-    if value is not MISSING:
-        setattr(space, attribute, value)
-    elif attribute in vars(space):
-        delattr(space, attribute)
-
-
-def _apply(patches: dict[tuple[str, str], tuple]) -> None:
-    APPLIED.update(patches)
-    for (_, attribute), (space, _, patched) in patches.items():
-        _set(space, attribute, patched)
-
-
-def unpatch() -> None:
-    """torch as shipped again: every patch a model's module made undone."""
-    for (_, attribute), (space, shipped, _) in APPLIED.items():
-        _set(space, attribute, shipped)
-    APPLIED.clear()
-
-
-@contextmanager
-def shipped():
-    """torch as shipped while it runs (bertconv's own arithmetic), then as the model left it."""
-    applied = dict(APPLIED)
-    unpatch()
-    try:
-        yield
-    finally:
-        _apply(applied)
-
-
-def _module_name(path: Path) -> tuple[str, Path]:
-    """The name Python would import a file under, and the directory that makes it importable: a
-    file inside packages (beside an `__init__.py`) is `pkg.sub.file`, so that its relative
-    imports work; any other is its stem, its own directory on the path."""
-    if not path.stem.isidentifier():  # bert.v2.py, my-bert.py: imported by its path alone
-        return "bertconv_user_" + re.sub(r"\W", "_", path.stem), path.parent
-    parts, directory = [path.stem], path.parent
-    while (directory / "__init__.py").is_file() and directory.name.isidentifier():
-        parts.insert(0, directory.name)
-        directory = directory.parent
-    return ".".join(parts), directory
-
-
-def _exec_file(module_name: str, path: Path):
-    """Run the file as module `module_name`, in sys.modules while it runs and after, as an import
-    would (a dataclass, `sys.modules[__name__]`, pickling need it). A file imported already is
-    that module, as for Python; a name another module holds is not taken from it."""
-    known = sys.modules.get(module_name)
-    if known is not None:
-        if Path(getattr(known, "__file__", "") or "").resolve() == path:
-            return known
-        module_name = f"bertconv_user.{module_name}"
-    if "." in module_name and not module_name.startswith("bertconv_user."):
-        importlib.import_module(module_name.rpartition(".")[0])  # its packages, for `from .x`
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = sys.modules[module_name] = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]  # as a failed import leaves it
-        raise
-    return module
-
-
-@contextmanager
-def _importing(root: Path, program: str):
-    """The model's directory importable (for its own imports of its neighbours), and sys.argv
-    its own, as when Python runs it: a file that parses its arguments on import sees none."""
-    saved_argv, sys.argv = sys.argv, [program]
-    sys.path.insert(0, str(root))
-    try:
-        yield
-    finally:
-        sys.argv = saved_argv
-        if str(root) in sys.path:
-            sys.path.remove(str(root))
-
-
-@contextmanager
-def guarded(spec: str, doing: str, advice: str = ""):
-    """The user's code raising or exiting is reported as theirs: what, and where in their code
-    (and `advice`, what to do); what it prints goes to stderr."""
-    try:
-        with users_code():
-            yield
-    except (UsageError, KeyboardInterrupt):
-        raise
-    except SystemExit as e:
-        raise UserCodeError(
-            f"--model {spec!r}: {doing}, the model's code called sys.exit({e.code!r})"
-            f"{_where(e)}; bertconv compared nothing{advice}"
-        ) from None
-    except BaseException as e:  # the user's code: whatever it raises
-        message = (str(e).splitlines() or [""])[0][:300]
-        raise UserCodeError(
-            f"--model {spec!r}: {doing}, the model's code raised {type(e).__name__}: "
-            f"{message}{_where(e)}{advice}"
-        ) from None
-
-
-@contextmanager
-def users_code():
-    """The user's code running. What it prints (a `print` in a forward, a C extension's output)
-    goes to stderr, at Python's level and the file descriptor's: stdout holds only bertconv's
-    output, a table or a JSON report that must parse. What it changes of the process besides
-    its model is put back after, so that bertconv goes on as the user started it: the working
-    directory (`--out t.toml` stays where the user meant), sys.stdout and sys.stderr (its
-    messages are seen), the handlers of Ctrl-C and SIGTERM, the recursion limit, the warning
-    filters."""
-    sys.stdout.flush()
-    saved, kept = os.dup(1), _process_state()
-    os.dup2(2, 1)
-    try:
-        with warnings.catch_warnings(), redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-        _put_back(*kept)
-
-
-HANDLED = ("SIGINT", "SIGTERM")  # the signals bertconv answers (cli.py, files.py)
-
-
-def _process_state() -> tuple:
-    try:
-        cwd = os.getcwd()
-    except OSError:  # removed from under us: nothing to go back to
-        cwd = None
-    handlers = {name: signal.getsignal(getattr(signal, name)) for name in HANDLED}
-    return cwd, sys.stdout, sys.stderr, sys.getrecursionlimit(), handlers
-
-
-def _put_back(cwd, stdout, stderr, recursion_limit: int, handlers: dict) -> None:
-    if cwd is not None:
-        with suppress(OSError):  # gone since: bertconv's own paths say so when used
-            os.chdir(cwd)
-    sys.stdout, sys.stderr = stdout, stderr
-    sys.setrecursionlimit(recursion_limit)
-    if threading.current_thread() is threading.main_thread():  # where handlers may be set
-        for name, handler in handlers.items():
-            if handler is not None and signal.getsignal(getattr(signal, name)) is not handler:
-                signal.signal(getattr(signal, name), handler)
-
-
-def raised_by_model(error: BaseException) -> bool:
-    """Was `error` raised in the user's code (not in bertconv's, torch's or Python's)?"""
-    return bool(_where(error))
-
-
-def _where(error: BaseException) -> str:
-    """` (at FILE:LINE, in FUNCTION)`: the last frame of the traceback outside torch, the
-    standard library and bertconv, which is where the user's code was."""
-    library = (f"{Path('bertconv')}/", "site-packages", "/lib/python3", "<frozen")
-    frames = traceback.extract_tb(error.__traceback__)
-    own = [f for f in frames if not any(part in f.filename for part in library)]
-    return f" (at {own[-1].filename}:{own[-1].lineno}, in {own[-1].name})" if own else ""
-
-
 def construct(factory: Callable, spec: str, config: Config) -> nn.Module:
     """The user's model, built from the config, in eval mode: called with the config, or, where
     its constructor names sizes (`vocab_size, hidden=768, n_layers=12`), with those."""
@@ -358,6 +137,9 @@ def construct(factory: Callable, spec: str, config: Config) -> nn.Module:
         )
     with guarded(spec, "putting it in eval mode"):
         nn.Module.train(model, False)  # torch's own: an override may return nothing
+        # Built in half precision, say: run in float32 from its first call, as verify compares
+        # (in float16, a CPU cannot run it), and loaded with the weights as read, not rounded.
+        nn.Module.float(model)
     return model
 
 
@@ -382,12 +164,19 @@ def load_weights(
     """Strictly: every tensor the model holds comes from the checkpoint, and none is left over,
     but the buffers it makes itself and `absent` (heads the checkpoint has none of)."""
     own_buffers = {n for n, _ in model.named_buffers()}
-    result = nn.Module.load_state_dict(model, tensors, strict=False)  # not an override of its
-    missing = [n for n in result.missing_keys if n not in own_buffers and n not in absent]
+    held = model.state_dict()
+    # Shapes first: load_state_dict raises on a size mismatch even where not strict.
     wrong = [
         f"{name}: {tuple(t.shape)} in the model, {tuple(tensors[name].shape)} converted"
-        for name, t in model.state_dict().items()
+        for name, t in held.items()
         if name in tensors and t.shape != tensors[name].shape
+    ]
+    fitting = {n: t for n, t in tensors.items() if n not in held or held[n].shape == t.shape}
+    result = nn.Module.load_state_dict(model, fitting, strict=False)  # not an override of its
+    missing = [
+        n
+        for n in result.missing_keys
+        if n not in own_buffers and n not in absent and n not in tensors
     ]
     if missing or result.unexpected_keys or wrong:
         raise CheckpointError(
@@ -434,7 +223,7 @@ def plan(model: nn.Module, spec: str) -> Plan:
         found[first] = "input_ids"
     required = [p.name for p in named if p.default is p.empty and p.name not in found]
     left = [k for k in ("token_type_ids", "attention_mask") if k not in found.values()]
-    if len(required) == 1 and left:
+    if len(required) == 1 and left and not words(required[0]) & SAYS_OTHERWISE:
         found[required.pop()] = left[0]
     if required:
         raise UsageError(
@@ -481,6 +270,8 @@ def _by_name(names: list[str]) -> dict[str, str]:
 def _by_words(words: set[str]) -> str | None:
     if words & {"mask", "masked", "mlm", "lm"} and words & {"pos", "position", "positions"}:
         return "masked_positions"  # masked_pos, mlm_positions: a masked-LM head's, given all
+    if words & {"pos", "position", "positions"} and words & {"ids", "id", "idx", "index"}:
+        return "position_ids"
     if "mask" in words or "masks" in words:
         return None if words & NOT_THE_MASK else "attention_mask"
     if words & {"len", "lens", "length", "lengths"}:
@@ -512,6 +303,7 @@ class Harness:
     plan: Plan
     pad_token_id: int = 0
     vocab_size: int = 0
+    positions_after_pad: bool = False  # RoBERTa's: counted over the real tokens alone
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The batch as both models read it. A model given neither a mask nor lengths makes its
@@ -534,12 +326,20 @@ class Harness:
             "token_type_ids": lambda: batch["token_type_ids"],
             "lengths": lambda: mask.sum(-1),
             "masked_positions": lambda: torch.arange(mask.shape[-1]).repeat(len(mask), 1),
+            "position_ids": lambda: self.positions(mask),
         }
         # each call its own copy: a forward may write into what it is given (its mask)
         args = {theirs: values[ours]().clone() for theirs, ours in self.plan.arguments.items()}
         if self.plan.packed:
             return self.model(args)
         return self.model(**args) if self.plan.keywords else self.model(*args.values())
+
+    def positions(self, mask: torch.Tensor) -> torch.Tensor:
+        """The position of each token, as the architecture counts it (from 0: BERT's frame):
+        its place in the row, or, where positions follow the padding, among the real tokens."""
+        if self.positions_after_pad:
+            return (mask.long().cumsum(-1) - 1).clamp(min=0)
+        return torch.arange(mask.shape[-1]).expand(mask.shape).contiguous()
 
     def varies(self, run: Run) -> bool:
         """Does a second forward of the run's batch give other outputs (a dropout left on)?"""
@@ -566,7 +366,10 @@ def load(spec: str, config_dict: dict, config: BertConfig, batch: dict) -> Harne
     # (a fused bias and GELU) runs as Python, in the trace's sight, not as TorchScript out of it.
     with patch.object(torch.jit._state._enabled, "enabled", False):
         model = construct(import_factory(spec), spec, config_object(config_dict, config))
-    harness = Harness(model, spec, plan(model, spec), config.pad_token_id, config.vocab_size)
+    after_pad = numbers_positions_after_pad(config.model_type)
+    harness = Harness(
+        model, spec, plan(model, spec), config.pad_token_id, config.vocab_size, after_pad
+    )
     if "attention_mask" in harness.plan.given or any(
         isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()
     ):
@@ -575,19 +378,22 @@ def load(spec: str, config_dict: dict, config: BertConfig, batch: dict) -> Harne
 
 
 def masked(harness: Harness, batch: dict) -> Plan:
-    """The plan with the mask in the form (MASKS) its forward takes: the one its name says where
-    it runs with finite outputs; else the first of the rest where other ids at the padded places
-    change nothing at the tokens; else none (the model makes it from the pad id); else the first
-    that runs. Where every form raises, the first error is the model's."""
+    """The plan with the mask in the form (MASKS) its forward takes: the one its name says
+    (SAID_MASKS) where it runs with finite outputs; else the first that does and where other
+    ids at the padded places change nothing at the tokens (`mask` True at the padding, given 1
+    at the tokens, would hide the tokens: the other way round is tried); else none (the model
+    makes it from the pad id); else the first that runs. Where every form raises, the first
+    error is the model's."""
     first, errors, leaky = harness.plan, [], []
     forms = sorted(MASKS, key=lambda f: f != first.mask) if "attention_mask" in first.given else []
     unmasked = {k: v for k, v in first.arguments.items() if v != "attention_mask"}
     plans = [replace(first, mask=f) for f in forms] + [replace(first, arguments=unmasked)]
+    said = any(p in SAID_MASKS for p, v in first.arguments.items() if v == "attention_mask")
     for i, plan in enumerate(plans):
         harness.plan = plan
         outputs = _attempt(harness, batch, errors)
         if outputs is not None and all(t.isfinite().all() for t in outputs):
-            if i in (0, len(forms)) or not _leaks(harness, batch, outputs):
+            if (i == 0 and said) or i == len(forms) or not _leaks(harness, batch, outputs):
                 return plan
             leaky.append(plan)
     harness.plan = (leaky or [first])[0]

@@ -30,7 +30,8 @@ from ..family import bert_config_dict
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
 from . import assign
-from .harness import Harness, guarded, load, raised_by_model
+from .fence import guarded, raised_by_model
+from .harness import Harness, load
 from .reading import anchors, outputs_of, read
 from .trace import Trace, weights
 from .units import UNUSED, layer_index, layer_pattern, units_from

@@ -23,7 +23,7 @@ def anchors(table: Table, config: BertConfig, groups: set[str]) -> dict[Output, 
         count = config.num_hidden_layers if key == "layer" else 1
         for i in range(count):
             label = Output(key, i + 1 if key == "layer" else None)
-            users = {n for o in officials for n in table.names_for(o.replace("{layer}", str(i)))}
+            users = {n for o in officials for n in table.held_as(o.replace("{layer}", str(i)))}
             if users:
                 out[label] = users
     return out
@@ -99,6 +99,51 @@ def outputs_of(
     return named, unused
 
 
+def misread_pooler(run: Run, found: dict[Output, set[str]], named: dict) -> str | None:
+    """Why the pooler the model computes is not one vector per sequence, where it is not: what
+    its dense layer reads (x[0], one sequence's tokens, for x[:, 0], each one's first)."""
+    value, rows = named.get(POOLER), run.batch["input_ids"].reshape(-1, _tokens(run)).shape[0]
+    hidden = next(v for k, v in named.items() if k.hidden).shape[-1]
+    if value is None or tuple(value.shape) == (rows, hidden):
+        return None
+    call = run.trace.last_use(found[POOLER])
+    weights = {i for i, _ in call.params}
+    read = next(t for i, t in enumerate(call.inputs) if i not in weights)
+    what = f"a tensor of shape {tuple(read.shape)}"
+    if tuple(read.shape) == (_tokens(run), hidden):
+        what = "one sequence's tokens (tokens, hidden), x[0] for x[:, 0]?"
+    return (
+        f"pooler: your model's pooler reads {what}, where BERT's reads the first token of each "
+        "sequence (batch, hidden): it computes no pooled output (the row: NaN)"
+    )
+
+
+def head_input(run: Run, found: dict[Output, set[str]], names: set[str]) -> Output | None:
+    """Which compared output the head of tensors `names` reads (through a dropout, an
+    activation: calls of no weight on it alone), by the trace: the output whose anchor made its
+    first call's input; None where it is none of them."""
+    uses = run.trace.uses(names)
+    if not uses:
+        return None
+    made = {}
+    for label, anchor in found.items():
+        if (call := run.trace.last_use(anchor)) is not None:
+            made[call.index] = label
+    first, weights = uses[0], {i for i, _ in uses[0].params}
+    at = next((p for i, p in enumerate(first.producers) if i not in weights), None)
+    while at is not None and at not in made:
+        call = run.trace.calls[at]
+        before = [p for p in call.producers if p is not None]
+        if call.params or len(before) != 1:
+            return None
+        at = before[0]
+    return made.get(at)
+
+
+def _tokens(run: Run) -> int:
+    return run.batch["input_ids"].shape[-1]
+
+
 def head_rows(group: str, value: torch.Tensor, heads: list[Head], mask: torch.Tensor) -> dict:
     """A head's output as the rows verify compares: per token at the real positions, QA's
     start and end apart, multiple choice's scores as (items, choices)."""
@@ -117,35 +162,124 @@ def returned(run: Run, named: dict, lenient: bool) -> tuple[dict, list[str]]:
     per sequence and of hidden size, the pooler; else the head of its shape. Gives {output: the
     returned value} where it is not what the model computed (the last layer NaN where nothing
     returned is compared, unless `lenient` and it returns a tensor: a head the checkpoint lacks,
-    not compared), and why."""
+    not compared), and why. A returned tensor that is what the model computed is compared where
+    computed, whatever stands beside it (the embeddings beside the last layer: noted)."""
+    layers = [k.index for k in named if k.kind == "layer"]
+    if not layers:  # no hidden state computed where the table says: those rows fail as NaN
+        return {}, []
     mask = run.batch["attention_mask"]
     mask = mask.reshape(-1, mask.shape[-1]).bool()
-    last = layer(max(k.index for k in named if k.kind == "layer"))
-    hidden, wrong, notes, labels = named[last].shape[-1], {}, [], {}
-    for seq in _sequences(run.output):
-        if len(seq) in (last.index, last.index + 1) and all(_per_token(t, hidden) for t in seq):
-            first = last.index + 1 - len(seq)
-            labels |= {id(t): layer(i) if i else EMBEDDINGS for i, t in enumerate(seq, first)}
-    tensors, placed = list(tensors_in(run.output)), False
-    for t in tensors:
-        if (value := real(t, mask)) is None:
-            continue
-        same = [k for k, v in named.items() if v.shape == value.shape]
-        equal = [k for k in same if torch.allclose(named[k], value, 0, 1e-6)]
-        if _per_token(t, hidden):
-            label = labels.get(id(t), last)
-        else:
-            label = POOLER if value.shape == (len(mask), hidden) else (equal or same or [None])[0]
-        placed |= label in named
-        if label in named and label not in equal:
-            wrong[label] = value.to(named[label].dtype)
-            match = f"the {equal[0]} output" if equal else "no output computed inside it"
-            notes.append(f"{label} as computed inside: your forward returns {match} in its place")
-    if not placed and not (lenient and tensors):
+    last = layer(max(layers))
+    stands_for = _standing_for(run.output, named, last, mask)
+    wrong, notes = {}, []
+    for label in sorted(stands_for, key=list(named).index):  # in the report's order
+        values = stands_for[label]
+        value, said = _set_against(label, values, named, named[last].dtype)
+        notes += said
+        if value is not None:
+            wrong[label] = value
+    if not stands_for and not (lenient and any(True for _ in tensors_in(run.output))):
         wrong[last] = torch.full_like(named[last], float("nan"))
         what = f"{type(run.output).__name__}, nothing that stands for a compared output"
         notes.append(f"{last} as computed inside: your forward returns {what} (the row: NaN)")
-    return wrong, notes
+    return wrong, _together(notes)
+
+
+def _together(notes: list[str]) -> list[str]:
+    """Each note once, and the outputs that one note is said of named in one (layers 1-6)."""
+    said: dict[str, list[str]] = {}
+    for note in dict.fromkeys(notes):
+        label, _, rest = note.partition(" as computed inside: ")
+        said.setdefault(rest or note, []).append(label if rest else "")
+    return [
+        f"{', '.join(labels)} as computed inside: {rest}" if labels[0] else rest
+        for rest, labels in said.items()
+    ]
+
+
+def _standing_for(output, named: dict, last: Output, mask: torch.Tensor) -> dict[Output, list]:
+    """{a compared output: the returned tensors (at real positions) that stand for it}, each
+    returned tensor once (a dict's last_hidden_state may be its hidden_states[-1] too)."""
+    hidden = named[last].shape[-1]
+    labels = {}
+    for seq in _sequences(output):
+        if len(seq) in (last.index, last.index + 1) and all(_per_token(t, hidden) for t in seq):
+            first = last.index + 1 - len(seq)
+            labels |= {id(t): layer(i) if i else EMBEDDINGS for i, t in enumerate(seq, first)}
+    out: dict[Output, list] = {}
+    for t in {id(t): t for t in tensors_in(output)}.values():
+        if (value := real(t, mask)) is None:
+            continue
+        if _per_token(t, hidden):
+            label = labels.get(id(t), last)
+        elif value.shape == (len(mask), hidden):
+            label = POOLER
+        else:
+            same = [k for k, v in named.items() if v.shape == value.shape]
+            label = (_equal_to(value, named) or same or [None])[0]
+        if label in named:
+            out.setdefault(label, []).append(value)
+    return out
+
+
+def _set_against(label: Output, values: list, named: dict, dtype) -> tuple:
+    """The value to compare for `label` where the returned ones are not what the model computed
+    (None where one is), and what to say of them: a tensor standing beside the one that is, one
+    in another dtype than the model computes in (`dtype`: compared as returned, rounded), a
+    head's log-softmax or softmax (the logits compared where computed)."""
+    inside = named[label]
+    notes = [
+        f"{label}: your forward returns it in {_dtype(v)}, rounded from the {_dtype(dtype)} it "
+        "computes in: compared as returned"
+        for v in values[:1]
+        if v.is_floating_point() and v.dtype != dtype and dtype != torch.float64
+    ]
+    if any(_equal_to(v, {label: inside}) for v in values):
+        return None, notes + [
+            f"{label}: beside it your forward returns {_what(v, named, beside=True)} (not compared)"
+            for v in values
+            if not _equal_to(v, {label: inside})
+        ]
+    value = values[0]
+    if notes:
+        return value.to(inside.dtype), notes
+    if not label.hidden and label != POOLER and (how := _normalised(value, inside)):
+        return None, [f"{label}: your forward returns their {how}; compared where it computes them"]
+    return value.to(inside.dtype), [
+        f"{label} as computed inside: your forward returns {_what(value, named)} in its place"
+    ]
+
+
+def _equal_to(value: torch.Tensor, named: dict) -> list[Output]:
+    """The compared outputs `value` is (to float32's rounding of what is computed)."""
+    return [
+        k
+        for k, v in named.items()
+        if v.shape == value.shape and torch.allclose(v.float(), value.float(), 0, 1e-6)
+    ]
+
+
+def _what(value: torch.Tensor, named: dict, beside: bool = False) -> str:
+    equal = _equal_to(value, named)
+    if equal:
+        return f"the {equal[0]} output"
+    return "a tensor computed nowhere inside it" if beside else "no output computed inside it"
+
+
+def _normalised(value: torch.Tensor, logits: torch.Tensor) -> str | None:
+    """`value` as the log-softmax or the softmax of the logits `logits` (BERT-pytorch's MLM
+    head returns the former), over its last dimension; None where it is neither."""
+    if value.dim() < 2 or value.shape != logits.shape:
+        return None
+    logits = logits.float()
+    for name, f in (("log-softmax", torch.log_softmax), ("softmax", torch.softmax)):
+        if torch.allclose(value.float(), f(logits, -1), 0, 1e-5):
+            return name
+    return None
+
+
+def _dtype(t: torch.Tensor | torch.dtype) -> str:
+    return str(getattr(t, "dtype", t)).removeprefix("torch.")
 
 
 def _per_token(t, hidden: int) -> bool:

@@ -118,3 +118,18 @@ class OfficialNamesBert(nn.Module):
         extended = (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
         x = self.encoder(self.embeddings(input_ids, token_type_ids), extended)
         return x, self.pooler(x)
+
+
+class SequenceClassifier(nn.Module):
+    """transformers' BertForSequenceClassification's names: the encoder under `bert.`, a
+    classifier of config.num_labels on the pooled output."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.bert = OfficialNamesBert(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        _, pooled = self.bert(input_ids, attention_mask, token_type_ids)
+        return self.classifier(self.dropout(pooled))

@@ -1,0 +1,95 @@
+"""transformers' side of verify: its own class for a checkpoint, holding what bertconv read, and
+the check that transformers is there and computes what the checkpoint asks. The one module that
+builds transformers' models; verify and your own BERT's adapter ask it.
+"""
+
+import torch
+
+from . import catalog, storage
+from .checkpoint import Checkpoint
+from .config import BertConfig
+from .convert import Reading, Selection, convert_reading
+from .errors import CheckpointError, MissingDependencyError
+from .mapping import layout
+from .tables import OFFICIAL
+
+
+def imported():
+    """transformers, or the error that says how to install it."""
+    try:
+        import transformers
+    except ImportError:
+        raise MissingDependencyError(
+            "verify needs transformers: pip install 'bertconv[verify]'"
+        ) from None
+    transformers.logging.disable_progress_bar()  # the report is the output
+    return transformers
+
+
+def implements(transformers, config: BertConfig) -> None:
+    """transformers 5 dropped relative position embeddings (its BertModel computes absolute
+    positions only): a relative checkpoint is compared against transformers 4, the last series
+    that computes them."""
+    major = int(transformers.__version__.split(".")[0])
+    if config.relative and major >= 5:
+        raise MissingDependencyError(
+            f"verify compares against transformers, and transformers {transformers.__version__} "
+            f"no longer implements position_embedding_type={config.position_embedding_type!r} "
+            "(removed in 5.0). Verify in an environment with transformers 4: "
+            "pip install 'transformers>=4.48,<5'"
+        )
+
+
+def reference_model(ckpt: Checkpoint, reading: Reading, from_file: bool = True):
+    """transformers' own class for the file, holding the tensors bertconv read from it. A file
+    in the official layout is handed over under the names the file gives them, which
+    transformers maps itself (legacy gamma/beta, the `bert.` prefix): independently of
+    bertconv's tables. A file in another layout, or a reading not all of the file's
+    (`from_file` false: seeded heads beside it), is first put into official names."""
+    transformers, kind, name = imported(), ckpt.config.model_type, reading.model_class
+    pooler = "pooler" in reading.groups
+    # A pooler that transformers' class has no place for (an older task checkpoint's) stays out.
+    groups = reading.groups - ({"pooler"} if not catalog.has_pooler(name, kind) else set())
+    if ckpt.layout == OFFICIAL and from_file:
+        tensors = _only(ckpt, groups)
+    else:
+        official_table, chosen = layout(OFFICIAL, ckpt.config), Selection("exactly", groups)
+        tensors = convert_reading(reading, ckpt.config, official_table, chosen, "").state_dict
+    state_dict = storage.all_to_torch(tensors)
+    builds_pooler = catalog.implementation(name, kind) == "BertModel" and catalog.has_pooler(
+        name, kind
+    )
+    extra = {"add_pooling_layer": pooler} if builds_pooler else {}
+    try:
+        config_class = getattr(transformers, catalog.architecture(kind)["config_class"])
+        config = config_class.from_dict(ckpt.config_dict)
+        model, info = getattr(transformers, name).from_pretrained(
+            None,
+            config=config,
+            state_dict=state_dict,
+            # transformers 4 computes relative positions in its eager attention only
+            attn_implementation="eager" if ckpt.config.relative else "sdpa",
+            dtype=torch.float32,
+            output_loading_info=True,
+            **extra,
+        )
+    except Exception as e:  # bertconv read the file; whatever transformers objects to
+        reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
+        raise CheckpointError(f"{ckpt.path}: transformers cannot read it ({reason})") from None
+    unread = {k: v for k, v in info.items() if k != "error_msgs" and v}
+    if unread:
+        raise CheckpointError(f"{ckpt.path}: transformers could not read all of it: {unread}")
+    return model.eval()
+
+
+def _only(ckpt: Checkpoint, groups: frozenset[str]) -> dict:
+    """The file's tensors, under its own names, of the encoder and `groups` (and its buffers).
+    Tied copies stay out: transformers ties them itself."""
+    table = layout(OFFICIAL, ckpt.config)
+    wanted = set(catalog.shapes(ckpt.config, sorted(groups)))  # the encoder's too
+    return {
+        name: t
+        for name, t in ckpt.state_dict.items()
+        if (place := table.place(name)) == "ignored"
+        or (place in ("row", "alias") and set(table.row_of(name).official) <= wanted)
+    }

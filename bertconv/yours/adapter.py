@@ -1,0 +1,298 @@
+"""Your own BERT, as verify runs it: the model built and loaded with the checkpoint's tensors
+under its table's names (heads the checkpoint lacks given seeded weights, the same as
+transformers' head gets), run on verify's batches, and every output read from a trace of its
+forward (reading.py); where a row fails, the diagnosis (diagnose.py) takes it apart.
+"""
+
+import math
+from collections import Counter
+from dataclasses import replace
+
+import torch
+
+from .. import catalog, storage
+from ..api import build
+from ..batches import RANDOM_LENGTH, SEED, positions, random_batch
+from ..checkpoint import Checkpoint
+from ..config import BertConfig
+from ..convert import Reading, Selection, convert_reading
+from ..errors import CheckpointError, UserCodeError
+from ..mapping import Table, class_for, identify, layout
+from ..model import BertModel
+from ..outputs import POOLER, Output, Runner, cast_order, exact, heads, key, layer, truth
+from ..reference import reference_model
+from .diagnose import Diagnosis, diagnose
+from .fence import shipped
+from .harness import load, load_weights
+from .reading import anchors, head_input, misread_pooler, outputs_of, read, returned
+
+
+class Yours(Runner):
+    """The user's own model (yours/harness.py), holding the checkpoint's tensors under the names its
+    table gives them (the table whose names are the model's, unless one is given), every
+    hidden state and head read from a trace of its forward."""
+
+    def __init__(self, ckpt: Checkpoint, reading: Reading, spec: str, table_name: str | None):
+
+        self.ckpt = ckpt  # as the model takes it (family.as_bert)
+        self.harness = load(spec, ckpt.config_dict, ckpt.config, random_batch(ckpt.config))
+        model = self.harness.model
+        shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
+        buffers = frozenset(n for n, _ in model.named_buffers())
+        found = identify(shapes, ckpt.config, table_name, buffers=buffers, source=spec)
+        table, groups = layout(found.layout, ckpt.config), found.groups
+        self.table = table
+        kept, self.reading = groups & reading.groups, reading
+        _misplaced(table, ckpt.config, (reading.groups - kept, groups - kept), shapes, spec)
+        lacking = groups - kept - {"pooler"}  # heads of the model the checkpoint has none of
+        self.seeded_reading, self.seeded, self.conversion = _seeded(
+            reading, ckpt, table, kept, lacking, shapes
+        )
+        compared_groups = kept | self.seeded
+        absent = _head_names(table, ckpt.config, groups - compared_groups)
+        absent -= _head_names(table, ckpt.config, compared_groups)
+        load_weights(model, spec, self._tensors(), absent | table.own)
+        self.notes = _not_compared(table, ckpt.config, groups - compared_groups, compared_groups)
+        self.notes += [
+            f"{g}: the checkpoint has none: compared with seeded weights, the same given to your "
+            "model's head and to transformers' (not the checkpoint's)"
+            for g in sorted(self.seeded)
+        ]
+        self.lenient = bool(groups - compared_groups - {"pooler"})
+        self.anchors = anchors(table, ckpt.config, set(self.conversion.groups))
+        self.heads = heads(self.conversion.model_class, ckpt.config.model_type)
+        self.model = model
+
+    def reference_seeded(self, computed: dict, batches: list, device) -> None:
+        """transformers' outputs of the heads given seeded weights (the checkpoint has none of
+        them), into `computed` beside the rest, for each batch in the dtypes it ran in and is
+        compared against: its class for the groups the model has, holding the checkpoint's
+        tensors and the seeded ones, run with torch as shipped (after the model's import: which
+        heads it has is known only then)."""
+        if not self.seeded:
+            return
+        rows = {h.output for h in self.heads if h.output.kind in self.seeded}
+        wanted = [(b, {t, truth(t)}) for b, t in zip(batches, self.dtypes, strict=True)]
+        with shipped():
+            model = reference_model(self.ckpt, self.seeded_reading, from_file=False)
+            theirs = Runner(model, self.heads)
+            for t in sorted(set().union(*(ts for _, ts in wanted)), key=cast_order):
+                for batch in (b for b, ts in wanted if t in ts):
+                    out, _ = theirs.run_one(batch, device, t)
+                    at = (t, key(batch))
+                    computed[at] = computed[at] | {k: v for k, v in out.items() if k in rows}
+
+    def what_head_reads(self, row: Output, batch: dict) -> list[str]:
+        """Where a head's row fails: what the head reads, by the trace, where that is not what
+        BERT's reads (the last layer's output per token; the pooler's per sequence)."""
+
+        head = next((h for h in self.heads if h.output == row), None)
+        if head is None:
+            return []
+        names = _head_names(self.table, self.ckpt.config, {row.kind})
+        self.model.to("cpu", torch.float32)
+        read = head_input(self.harness.run(batch), self.anchors, names)
+        bert = layer(self.ckpt.config.num_hidden_layers) if head.per_token else POOLER
+        if read == bert:
+            return []
+        what = f"the {read} output" if read else "no output BERT computes"
+        return [f"{row}: your model's {row.kind} head reads {what}; BERT's, the {bert} output"]
+
+    def diagnose(self, row: Output, batches, ckpt: Checkpoint) -> Diagnosis | None:
+        """Each step recomputed by bertconv's model, holding the checkpoint's weights as read."""
+        ckpt = self.ckpt
+        table = layout("bertconv", ckpt.config)
+        chosen = Selection("exactly", self.reading.groups)
+        bertconv = convert_reading(self.reading, ckpt.config, table, chosen, str(ckpt.path))
+        return diagnosis(self.harness, self.table, row, batches, build(bertconv, ckpt.config))
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        return storage.all_to_torch(self.conversion.state_dict)
+
+    def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return self.harness.prepare(batch)
+
+    def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
+
+        run = self.harness.run(batch)
+        named, unused = outputs_of(run, self.anchors, self.heads)
+        if note := misread_pooler(run, self.anchors, named):
+            named[POOLER] = torch.full((len(batch["input_ids"]), named[POOLER].shape[-1]), math.nan)
+            self.notes += [note] * (note not in self.notes)
+            self.misread.add(POOLER)  # its shape says why: nothing for the diagnosis
+        for label in unused:
+            self._never_used(label)
+        wrong, notes = returned(run, named, self.lenient)
+        self.notes += [n for n in notes if n not in self.notes]
+        self.inside.append({k: exact(v) for k, v in named.items() if k in wrong})
+        return {k: exact(v) for k, v in (named | wrong).items()}
+
+    def run(self, batches, device: torch.device, dtypes: list) -> dict[Output, torch.Tensor]:
+        self.inside = []  # what the forward computes where it returns something else
+        self.misread: set[Output] = set()
+        self.raised = False  # on a batch of every position: its rows NaN
+        return super().run(batches, device, dtypes)
+
+    def run_one(self, batch: dict, device: torch.device, dtype: torch.dtype) -> tuple[dict, object]:
+        """In `dtype`; where that is float64 and the model's code is not written for it (it
+        raises there, or computes NaN, as a float32 mask times finfo(float64).min does), in
+        float32, said. A model that raises on a sequence of every position the checkpoint has,
+        and on no shorter one, is compared on the rest: that batch's rows are NaN, said why."""
+        tries = [dtype, torch.float32] if dtype == torch.float64 else [dtype]
+        error, in_float64 = None, ""
+        for t in tries:
+            said, inside, misread = list(self.notes), len(self.inside), set(self.misread)
+            try:
+                outputs, ran_in = super().run_one(batch, device, t)
+            except UserCodeError as e:
+                error, why = e, str(e).partition("the model's code ")[2] or str(e)
+            else:
+                if t != torch.float64 or all(v.isfinite().all() for v in outputs.values()):
+                    if t != dtype:
+                        self._say(
+                            f"your model does not compute in float64 ({in_float64}): the batch "
+                            "of every position is compared in float32, where rounding alone "
+                            "may near the tolerance"
+                        )
+                    return outputs, ran_in
+                error, why = None, "it computes NaN or infinities there"
+            self.notes, self.misread = said, misread  # what was said of that run goes with it
+            del self.inside[inside:]
+            in_float64 = why
+        every = positions(self.ckpt.config)
+        if error is None or batch["input_ids"].shape[-1] < every or every <= RANDOM_LENGTH:
+            raise error
+        self._say(f"your model cannot take a sequence of all {every} positions: it {why}")
+        self.raised = True
+        self.inside.append({})
+        return {}, tries[-1]
+
+    def _say(self, note: str) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
+
+    def differs_inside(self, output: Output, expected: list, limit: float) -> bool:
+        """Does what the forward computes differ, on the batches it ran (a pre-LN block: the
+        diagnosis takes it apart), or only what it returns (a liar, or a dtype), or only on a
+        batch it raised on (nothing to take apart)? `expected`: the reference's, batch by
+        batch."""
+        if output in self.misread:
+            return False
+        parts = zip(self.inside, self.per_batch, expected, strict=True)
+        return any(
+            output not in got or not ((inside.get(output, got[output]) - e).abs().max() <= limit)
+            for inside, got, e in parts
+            if got  # a batch it ran, not one it raised on
+        )
+
+    def _never_used(self, label: Output) -> None:
+        if label.hidden:  # compared with the state the model carries there; the diagnosis says
+            return
+        names = ", ".join(sorted(self.anchors[label]))
+        note = f"{label}: your model's forward never uses {names} (not compared)"
+        if note not in self.notes:
+            self.notes.append(note)
+
+
+def diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnosis | None:
+    """Where and why `row` differs, on the batch that shows a step differing (random ids, padded
+    and of both token types, first), each step recomputed by `bert` (bertconv's model holding
+    the checkpoint's weights); in float32 on the CPU."""
+
+    harness.model.to("cpu", torch.float32)
+    bert.to("cpu", torch.float32)
+    found_anchors = anchors(table, bert.config, {"pooler"})
+    found = None
+    for batch in reversed(list(batches)):
+        if batch["input_ids"].dim() != 2:  # multiple choice: not taken apart
+            return None
+        try:
+            run = harness.run(batch)
+        except UserCodeError:  # a batch of every position it cannot take: the others say
+            continue
+        pooled = read(run, found_anchors).get(POOLER) if row == POOLER else None
+        varies = harness.varies(run)  # as it ran: with its patches of torch
+        with shipped():  # the model ran with its patches of torch; BERT is recomputed without
+            found = diagnose(run.trace, table, bert, row, pooled, varies)
+        if found is None or found.step is not None:
+            return found
+    return found
+
+
+def _seeded(reading: Reading, ckpt: Checkpoint, table: Table, kept: set, lacking: set, shapes):
+    """The conversion the model loads: `reading`'s groups `kept`, and seeded weights for the
+    heads `lacking` (the model has them, the checkpoint not) where the model's shapes take
+    them; the reading it was made of, and the groups seeded. Seeded, the same weights go to the
+    model and to transformers' head, so that its arithmetic is compared all the same."""
+    config, g = ckpt.config, torch.Generator().manual_seed(SEED)
+    encoder, official = catalog.shapes(config, []), dict(reading.official)
+    for name, shape in catalog.shapes(config, sorted(lacking)).items():
+        if name not in encoder and name not in official:
+            official[name] = _seed(shape, g)
+    seeded = set(lacking)
+    while seeded:
+        groups = frozenset(kept | seeded)
+        try:
+            model_class = class_for(groups, config.model_type)
+        except ValueError:  # the seeded heads and the checkpoint's make no class: none seeded
+            break
+        held = replace(reading, official=official, groups=groups, model_class=model_class)
+        chosen = Selection("exactly", groups)
+        conversion = convert_reading(held, config, table, chosen, str(ckpt.path))
+        misfit = {
+            table.row_of(table.tied.get(n, n)).group
+            for n, t in conversion.state_dict.items()
+            if n in shapes and tuple(t.shape) != shapes[n]
+        } & seeded  # a classifier of another label count than config.json's
+        if not misfit:
+            return held, frozenset(seeded), conversion
+        seeded -= misfit
+    chosen = Selection("exactly", frozenset(kept))
+    return reading, frozenset(), convert_reading(reading, config, table, chosen, str(ckpt.path))
+
+
+def _seed(shape: tuple[int, ...], g: torch.Generator) -> storage.Tensor:
+    """Random weights of a projection's scale (a vector's: of a bias's or a LayerNorm's)."""
+    values = torch.randn(shape, generator=g) / (shape[-1] ** 0.5 if len(shape) > 1 else 2)
+    return storage.InMemory("F32", tuple(shape), values.numpy().tobytes())
+
+
+def _misplaced(table: Table, config: BertConfig, left: tuple, shapes: dict, spec: str) -> None:
+    """Refuse to leave a head of the checkpoint's (in `left[0]`) out where the table places one
+    of the model's of its shapes as another (`left[1]`: a 2-class classifier as NSP) or its own."""
+    encoder = catalog.shapes(config, [])
+    of = {g: Counter(s for n, s in catalog.shapes(config, [g]).items() if n not in encoder)
+          for g in (*left[0], *left[1])}  # fmt: skip
+    own = Counter(shapes[n] for n in table.own if n in shapes)
+    for group in sorted(left[0]):
+        found = [(g, _head_names(table, config, {g})) for g in left[1] if of[g] == of[group]]
+        if found or not of[group] - own:
+            how, names = (found or [("its own", table.own)])[0]
+            raise CheckpointError(
+                f"--model {spec!r}: the checkpoint's {group} head would be left out, but the table "
+                f"places {', '.join(sorted(names)[:4])}, of its shapes, as {how}: a head is never "
+                f"guessed. Place it as {group} (`bertconv infer --config` reads config.json's "
+                f"architectures), or verify on a checkpoint without a {group} head"
+            )
+
+
+def _not_compared(table, config: BertConfig, absent, kept) -> list[str]:
+    """A note for each head of the user's model that the checkpoint has none of (groups that
+    share their tensors, a classifier read three ways, named together), and its own tensors."""
+    by_names: dict[frozenset, list[str]] = {}
+    for group in sorted(absent - {"pooler"}):
+        names = frozenset(_head_names(table, config, {group}))
+        if not names <= _head_names(table, config, kept):
+            by_names.setdefault(names, []).append(group)
+    own = [f"{', '.join(sorted(table.own)[:8])}: your model's own (never loaded or compared)"]
+    return [
+        f"{' / '.join(groups)}: the checkpoint has none (not compared; your model keeps its own "
+        "weights)"
+        for groups in by_names.values()
+    ] + own * bool(table.own)
+
+
+def _head_names(table: Table, config: BertConfig, groups) -> set[str]:
+    """The names a table writes for the heads `groups` (the encoder's tensors left out)."""
+    encoder = set(catalog.shapes(config, []))
+    return set(table.written(set(catalog.shapes(config, sorted(groups))) - encoder, frozenset()))
