@@ -218,6 +218,7 @@ class Output:
                 self._make_directories()
                 fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except FileNotFoundError:
+                _refuse_dangling(self.path)  # no writer will ever make it
                 continue
             fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed, or the process ends
             with suppress(FileNotFoundError):
@@ -346,6 +347,18 @@ class Output:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def _refuse_dangling(path: Path) -> None:
+    """Refuse `path` where it, or a directory above it, is a link to nothing: its directory can
+    be neither opened nor made there (bertconv makes no directory at the end of a link)."""
+    for link in [path, *path.parents]:
+        if link.is_symlink() and not link.exists():
+            above = "" if link == path else f", above {path}"
+            raise OutputError(
+                f"{link}: is a link to {os.path.realpath(link)}, which does not exist{above}; "
+                "make that directory, or choose another --out"
+            )
 
 
 def partial(path: Path) -> Path:

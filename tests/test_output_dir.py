@@ -170,3 +170,24 @@ def test_a_directory_made_since_the_output_was_opened_is_refused_at_commit(tmp_p
         (out / "vocab.txt").mkdir()
         output.commit()
     assert names(out) == ["vocab.txt"]
+
+
+@pytest.mark.parametrize("under", ["", "sub"])
+def test_a_dangling_link_as_out_is_named_with_its_missing_target(under, plain, tmp_path, cli):
+    """--out a link to nothing (or a path under one) is no writer's doing: it is named, with
+    the target it lacks, and nothing is made at the end of the link."""
+    link, target = tmp_path / "out", tmp_path / "gone" / "models"
+    link.symlink_to(target)
+    code, _, err = cli("convert", plain, "--out", link / under)
+    assert code == 7, err
+    assert f"{link}: is a link to {target}, which does not exist" in err, err
+    assert "other writers" not in err and not (tmp_path / "gone").exists()
+    assert link.is_symlink() and names(tmp_path) == ["out"]
+
+
+def test_a_link_to_a_directory_as_out_is_written_through(plain, tmp_path, cli):
+    link, target = tmp_path / "out", tmp_path / "models"
+    target.mkdir()
+    link.symlink_to(target)
+    assert cli("convert", plain, "--out", link)[0] == 0
+    assert names(target) == sorted([*WEIGHTS, "vocab.txt"]) and link.is_symlink()
