@@ -244,9 +244,10 @@ def load(
     every parameter comes from the file, none is left at an initial value.
 
     The weights are read into memory: the model keeps them whatever later happens to the file.
-    `mmap=True` maps them from the file instead (faster to load, pages shared with other
-    processes), with a mapping's caveat: a later write to the file shows in the model, and a
-    file cut short kills the process (SIGBUS) when the model next reads a missing page."""
+    `mmap=True` maps a safetensors file (a TensorFlow data file) instead (faster to load, pages
+    shared with other processes), with a mapping's caveat: a later write to the file shows in
+    the model, and a file cut short kills the process (SIGBUS) when the model next reads a
+    missing page. A .bin file's tensors are read into memory either way (docs/python.md)."""
     from .tables import canonical
 
     src = resolve(source, revision)
