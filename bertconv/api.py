@@ -247,12 +247,21 @@ def load(
     `mmap=True` maps a safetensors file (a TensorFlow data file) instead (faster to load, pages
     shared with other processes), with a mapping's caveat: a later write to the file shows in
     the model, and a file cut short kills the process (SIGBUS) when the model next reads a
-    missing page. A .bin file's tensors are read into memory either way (docs/python.md)."""
+    missing page. A .bin file's tensors are read into memory either way (docs/python.md).
+
+    A weights file that another process rewrites while it is read is read again, until it holds
+    still (its identity, size and time as before the first byte was read), a few times at
+    most: never a model mixing two versions of it."""
     from .tables import canonical
 
     src = resolve(source, revision)
-    ckpt = read_checkpoint(src.path, canonical(layout), src.weights)
-    return build(convert_read(ckpt, "bertconv", Selection.of(heads)), ckpt.config, mmap)
+
+    def read():
+        ckpt = read_checkpoint(src.path, canonical(layout), src.weights)
+        conversion = convert_read(ckpt, "bertconv", Selection.of(heads))
+        return build(conversion, ckpt.config, mmap), ckpt.seen
+
+    return files.held_still(read, "read")  # a model of one version of each file
 
 
 def build(conversion: Conversion, config, mmap: bool = False):

@@ -18,10 +18,11 @@ import re
 import secrets
 import shutil
 import stat
+from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from itertools import takewhile
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from .errors import BertconvError, CheckpointError, NotFoundError, OutputError, UsageError
 
@@ -41,6 +42,8 @@ KINDS = {
     stat.S_IFSOCK: "a socket",
 }
 LOCK_TRIES = 100
+READ_TRIES = 3  # reads of files that another process keeps rewriting, before giving up
+T = TypeVar("T")
 
 
 def open_regular(path: Path) -> BinaryIO:
@@ -77,16 +80,37 @@ def identity(path: Path) -> tuple[int, int, int, int] | None:
     return found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns
 
 
+def changed(seen: dict[Path, tuple]) -> Path | None:
+    """The first file that is not as `seen` (identity) found it: rewritten in place, cut short,
+    replaced or removed since. What was read of it meanwhile may mix two versions."""
+    return next((path for path, before in seen.items() if identity(path) != before), None)
+
+
 def unchanged(seen: dict[Path, tuple]) -> None:
-    """Raise where a file is not as `seen` (identity) found it: rewritten in place, cut short,
-    replaced or removed since. A conversion that read it meanwhile may hold two versions."""
-    for path, before in seen.items():
-        if identity(path) != before:
-            raise CheckpointError(
-                f"{path}: changed while it was being converted (rewritten, cut short or "
-                "replaced); what was read may mix two versions, so nothing was written. Convert "
-                "it again once nothing is writing it"
-            )
+    """Raise where a file converted is not as `seen` found it before a byte was read."""
+    path = changed(seen)
+    if path is not None:
+        raise CheckpointError(
+            f"{path}: changed while it was being converted (rewritten, cut short or "
+            "replaced); what was read may mix two versions, so nothing was written. Convert "
+            "it again once nothing is writing it"
+        )
+
+
+def held_still(read: Callable[[], tuple[T, dict[Path, tuple]]], doing: str) -> T:
+    """What `read()` returns (a value, and its files' identities as first found) once the files
+    held still while it read them; read again where one changed meanwhile, READ_TRIES times in
+    all, then refused by name. `doing`: what it is, as in 'while it was being read'."""
+    for _ in range(READ_TRIES):
+        value, seen = read()
+        moved = changed(seen)
+        if moved is None:
+            return value
+    raise CheckpointError(
+        f"{moved}: changed while it was being {doing}, {READ_TRIES} times in a row (rewritten, "
+        "cut short or replaced); what was read would mix two versions of it. Try again once "
+        "nothing is writing it"
+    )
 
 
 def _no_constants(name: str):

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from . import catalog, storage
-from .api import build, official, resolve
+from . import catalog, files, storage
+from .api import Source, build, official, resolve
 from .batches import inputs, left_padded, random_batch
 from .checkpoint import Checkpoint, read_checkpoint
 from .config import BertConfig
@@ -179,6 +179,14 @@ def verify(
         raise UsageError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
     dev = pick_device(device)
     src = resolve(source, revision)
+    # both models of one version of each file: compared again where one changed meanwhile
+    return files.held_still(
+        lambda: _verify(src, dev, dtype, from_layout, model, model_layout), "verified"
+    )
+
+
+def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> tuple:
+    """verify, once: its report, and its weights files' identities as found before reading."""
     ckpt = read_checkpoint(src.path, from_layout, src.weights)
     _implements(_transformers(), ckpt.config)
     nonfinite = storage.nonfinite(ckpt.state_dict)
@@ -228,7 +236,7 @@ def verify(
     returned = any(n.startswith(f"{failing} as computed inside") for n in report.notes)
     if failing and dtype == "float32" and not report.nonfinite and not returned:
         report.diagnosis = ours.diagnose(failing, batches.values(), ckpt)
-    return report
+    return report, ckpt.seen
 
 
 def _left_padded(ours, computed: dict, batch: dict, device, model_type: str) -> list[str]:
