@@ -43,6 +43,8 @@ KINDS = {
 }
 LOCK_TRIES = 100
 READ_TRIES = 3  # reads of files that another process keeps rewriting, before giving up
+CHECKSUM_READ = 1 << 20  # bytes read at a time to checksum a file
+CHECKED: dict[tuple, str] = {}  # (identity and times, blank) -> CRC32C: each file read once
 T = TypeVar("T")
 
 
@@ -78,6 +80,39 @@ def identity(path: Path) -> tuple[int, int, int, int] | None:
     except OSError:
         return None
     return found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns
+
+
+def checksum(path: Path, blank: tuple[int, int] | None = None) -> dict:
+    """What tells a file bertconv wrote from the same file changed since: its size and CRC32C,
+    bytes [start, end) of `blank` read as '0's (where a file holds its own checksum). CRC32C is
+    TensorFlow's checksum: bert-base's 438 MB in ~0.05 s, where SHA-256 takes ~0.3 s; neither
+    would keep out a forger, since anyone may write a record. A link is not followed (bertconv
+    writes none), nor a FIFO waited on: OSError. A file checked before, unchanged since (its
+    identity, times and `blank` the same), is not read again."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        key = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+        if (key, blank) not in CHECKED:
+            if len(CHECKED) > 64:
+                CHECKED.clear()
+            CHECKED[key, blank] = _crc32c(f, blank)
+    return {"bytes": found.st_size, "crc32c": CHECKED[key, blank]}
+
+
+def _crc32c(f: BinaryIO, blank: tuple[int, int] | None) -> str:
+    import google_crc32c
+
+    crc, at = 0, 0
+    while block := f.read(CHECKSUM_READ):
+        if blank and blank[0] < at + len(block) and at < blank[1]:
+            low, high = max(blank[0] - at, 0), min(blank[1] - at, len(block))
+            block = block[:low] + b"0" * (high - low) + block[high:]
+        crc = google_crc32c.extend(crc, block)
+        at += len(block)
+    return f"{crc:08x}"
 
 
 def changed(seen: dict[Path, tuple]) -> Path | None:

@@ -4,6 +4,7 @@ beside a new vocab.txt, a TensorFlow bundle beside new safetensors) go at the co
 back if it fails. A directory where a file goes is refused by name. Writers into one directory
 at once leave one result, whole; one that fails never spoils another's."""
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -53,6 +54,7 @@ def test_changing_form_leaves_one_checkpoint(rich, plain, tmp_path, cli):
     assert cli("convert", rich, "--out", out)[0] == 0
     assert cli("convert", plain, "--to", "google-tf", "--out", out)[0] == 0
     tf = ["bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index"]
+    tf.append("bertconv-manifest.json")
     assert names(out) == sorted([*tf, "vocab.txt"])
     assert cli("convert", out, "--out", tmp_path / "back")[0] == 0
     assert cli("convert", rich, "--out", out)[0] == 0
@@ -191,3 +193,30 @@ def test_a_link_to_a_directory_as_out_is_written_through(plain, tmp_path, cli):
     link.symlink_to(target)
     assert cli("convert", plain, "--out", link)[0] == 0
     assert names(target) == sorted([*WEIGHTS, "vocab.txt"]) and link.is_symlink()
+
+
+def crc32c(data: bytes) -> dict:
+    import google_crc32c
+
+    return {"bytes": len(data), "crc32c": f"{google_crc32c.value(data):08x}"}
+
+
+def test_each_output_records_the_files_it_wrote(rich, tmp_path, cli):
+    """safetensors: in model.safetensors' metadata, which seals itself (its CRC32C, those 8
+    digits read as 0s); google-tf: in bertconv-manifest.json. Checked here by CRC32C computed
+    over each file's bytes as read back."""
+    out = tmp_path / "out"
+    assert cli("convert", rich, "--out", out)[0] == 0
+    meta = read_metadata(out / "model.safetensors")
+    record = json.loads(meta["bertconv.files"])
+    before_it = [*RICH, "config.json", "vocab.txt"]
+    assert record == {n: crc32c((out / n).read_bytes()) for n in before_it}
+    data = (out / "model.safetensors").read_bytes()
+    assert data.index(b'{"__metadata__":{"bertconv.crc32c":"') == 8  # the first field
+    sealed = data.replace(meta["bertconv.crc32c"].encode(), b"00000000", 1)
+    assert crc32c(sealed)["crc32c"] == meta["bertconv.crc32c"]
+    assert cli("convert", rich, "--to", "google-tf", "--out", tmp_path / "tf")[0] == 0
+    manifest = json.loads((tmp_path / "tf" / "bertconv-manifest.json").read_text())
+    written = sorted(set(names(tmp_path / "tf")) - {"bertconv-manifest.json"})
+    assert manifest["written by"] == "bertconv" and sorted(manifest["files"]) == written
+    assert all(manifest["files"][n] == crc32c((tmp_path / "tf" / n).read_bytes()) for n in written)
