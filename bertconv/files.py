@@ -8,7 +8,8 @@ Writing: `Output` is an output directory being written. It is locked for the tim
 (the lock is on the directory itself: no lock file anyone could plant or redirect), every file is
 staged under a name only bertconv uses and renamed into place at the end, and on any failure,
 Ctrl-C included, what bertconv created is removed again: staged files, and the directory itself
-if bertconv made it.
+if bertconv made it. A file bertconv did not write is never replaced nor removed (record.py
+says which are its own).
 """
 
 import errno
@@ -231,13 +232,17 @@ class Output:
     until all are in place, and put back if any fails, with Ctrl-C and SIGTERM held off until
     the directory is whole (the old or the new). The directory holds one result: the files
     named in `replaces` (what any result is made of) that this one does not write are set
-    aside with them, and removed once it is in place. On a failure before commit, and on
-    Ctrl-C, the staged files are removed, and so are the directories made here, if still
-    empty."""
+    aside with them, and removed once it is in place. Only files that `strangers` finds
+    bertconv wrote are ever replaced or removed: any other is refused by name
+    (check_replaceable). On a failure before commit, and on Ctrl-C, the staged files are
+    removed, and so are the directories made here, if still empty."""
 
-    def __init__(self, path: Path, replaces: tuple[str, ...] = ()):
+    def __init__(self, path: Path, replaces: tuple[str, ...] = (), strangers=None):
         self.path = Path(path)
         self.replaces = replaces
+        # (directory, names) -> {name: why} for the files no record shows bertconv wrote as
+        # they are (record.strangers); without one, no file there is bertconv's to replace
+        self.strangers = strangers or (lambda directory, names: dict.fromkeys(names, "not ours"))
         self.created: list[Path] = []
         self.staged: list[tuple[Path, Path]] = []
         self.protected: list[Path] = []  # what the command reads: never cleared, never replaced
@@ -298,6 +303,27 @@ class Output:
                 f"{taken[0]}; move it out of {self.path} or choose another --out"
             )
 
+    def check_replaceable(self) -> None:
+        """Refuse, by name, the files of `replaces` there that this result would replace or
+        remove but that no record shows bertconv wrote, as they are (`strangers`): a user's own
+        tokenizer.json, a vocab.txt they edited. Never one the command reads (nor a directory:
+        _check_places'). Called before the work of a conversion, and again at its commit."""
+        there = [self.path / n for n in self.replaces if os.path.lexists(self.path / n)]
+        present = [p.name for p in there if not _is_directory(p) and not self._read_here(p)]
+        found = self.strangers(self.path, present)
+        if found:
+            listed = ", ".join(f"{name} ({why})" for name, why in found.items())
+            where = self.path.absolute()  # `--out .` said as where it is
+            raise OutputError(
+                f"{where}: holds files this conversion would replace or remove, which bertconv "
+                f"did not record writing there as they are: {listed}. Nothing was written; "
+                f"move them out of {where}, or choose another --out"
+            )
+
+    def _read_here(self, path: Path) -> bool:
+        """Is `path` a file the command reads?"""
+        return any(_same_file(path, source) for source in self.protected)
+
     def _make_directories(self) -> None:
         missing = takewhile(lambda p: not os.path.lexists(p), [self.path, *self.path.parents])
         for directory in reversed(list(missing)):
@@ -315,7 +341,7 @@ class Output:
             path = self.path / name
             if not PARTIAL.match(name) or name in ours or _is_directory(path):
                 continue  # a directory is never a file bertconv staged
-            if not any(_same_file(path, source) for source in self.protected):
+            if not self._read_here(path):
                 path.unlink(missing_ok=True)
 
     def check_not_source(self, directory: Path, files: list[Path], names: list[str]) -> None:
@@ -356,6 +382,7 @@ class Output:
     def commit(self) -> list[Path]:
         """Every staged file into place, all or none; signals held off meanwhile."""
         with _signals_held():
+            self.check_replaceable()  # what may have come since the first check
             self._clear_leftovers()
             kept: list[tuple[Path, Path | None]] = []  # (final, the file it replaced)
             try:
@@ -380,11 +407,7 @@ class Output:
         the command reads)."""
         written = {final.name for _, final in self.staged}
         present = [self.path / n for n in self.replaces if n not in written]
-        return [
-            path
-            for path in present
-            if os.path.lexists(path) and not any(_same_file(path, p) for p in self.protected)
-        ]
+        return [path for path in present if os.path.lexists(path) and not self._read_here(path)]
 
     def _undo(self) -> None:
         """Remove what this writer created, signals held off. Cleaning up must never hide the
