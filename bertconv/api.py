@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import catalog, files, formats, storage
+from . import catalog, files, formats, record, storage
 from .checkpoint import (
     HEADS_KEY,
     LAYOUT_KEY,
@@ -120,7 +120,7 @@ def convert_checkpoint(
     keeping the groups `heads` says (convert.Selection). Conversions into the same `out` at
     once take turns."""
     selection = Selection.of(heads)
-    with files.Output(out, WRITTEN) as output:
+    with files.Output(out, WRITTEN, record.strangers) as output:
         return _convert_into(src, output, to_layout, from_layout, selection)
 
 
@@ -140,9 +140,10 @@ def fetch(
     check_convertible(None, to_layout, model_id)  # before anything is downloaded
     selection = Selection.of(heads)
     remote = hub.locate(model_id, revision)
-    with files.Output(out, WRITTEN) as output:
+    with files.Output(out, WRITTEN, record.strangers) as output:
         if up_to_date(out, model_id, remote.commit, to_layout, selection):
             return remote, None
+        output.check_replaceable()  # before the download
         src = fetch_source(remote, say)
         return remote, _convert_into(src, output, to_layout, None, selection)
 
@@ -157,6 +158,7 @@ def _convert_into(
         ckpt, reading = as_bert(ckpt, official(ckpt))
     form = layout(to_layout, ckpt.config).format
     _check_form(form, to_layout, output)
+    output.check_replaceable()  # before the conversion's work
     if ckpt is source:
         result = convert_read(ckpt, to_layout, selection)
     else:
@@ -196,7 +198,8 @@ def _check_form(form: str, to_layout: str, output: files.Output) -> None:
             f"--to {to_layout}: bertconv reads {written.marks[0]} files but does not write them; "
             "write google-tf (TensorFlow's own checkpoint format) instead"
         )
-    # what an earlier conversion wrote is replaced (files.Output): never in the way
+    # what an earlier conversion wrote is replaced (files.Output), and nothing else bertconv
+    # would replace is there (check_replaceable): never in the way
     others = [name for name in written.in_the_way(output.path) if name not in WRITTEN]
     if others:
         raise UsageError(
@@ -244,14 +247,24 @@ def load(
     every parameter comes from the file, none is left at an initial value.
 
     The weights are read into memory: the model keeps them whatever later happens to the file.
-    `mmap=True` maps them from the file instead (faster to load, pages shared with other
-    processes), with a mapping's caveat: a later write to the file shows in the model, and a
-    file cut short kills the process (SIGBUS) when the model next reads a missing page."""
+    `mmap=True` maps a safetensors file (a TensorFlow data file) instead (faster to load, pages
+    shared with other processes), with a mapping's caveat: a later write to the file shows in
+    the model, and a file cut short kills the process (SIGBUS) when the model next reads a
+    missing page. A .bin file's tensors are read into memory either way (docs/python.md).
+
+    A weights file that another process rewrites while it is read is read again, until it holds
+    still (its identity, size and time as before the first byte was read), a few times at
+    most: never a model mixing two versions of it."""
     from .tables import canonical
 
     src = resolve(source, revision)
-    ckpt = read_checkpoint(src.path, canonical(layout), src.weights)
-    return build(convert_read(ckpt, "bertconv", Selection.of(heads)), ckpt.config, mmap)
+
+    def read():
+        ckpt = read_checkpoint(src.path, canonical(layout), src.weights)
+        conversion = convert_read(ckpt, "bertconv", Selection.of(heads))
+        return build(conversion, ckpt.config, mmap), ckpt.seen
+
+    return files.held_still(read, "read")  # a model of one version of each file
 
 
 def build(conversion: Conversion, config, mmap: bool = False):

@@ -14,8 +14,9 @@ from types import SimpleNamespace
 
 from . import files, formats, storage
 from .config import BertConfig
-from .errors import BertconvError, CheckpointError, NotFoundError
+from .errors import CheckpointError, NotFoundError
 from .mapping import Identified, identify
+from .storage import read_metadata  # noqa: F401 (read beside the keys it reads)
 from .tables import read_off
 
 CONFIG_FILES = ("config.json", "bert_config.json")  # transformers', google-research/bert's
@@ -223,12 +224,3 @@ def _config_text(config_dict: dict) -> str:
 
     compact = json.dumps(config_dict)
     return (json.dumps(config_dict, indent=2) if len(compact) < 1 << 20 else compact) + "\n"
-
-
-def read_metadata(path: Path) -> dict[str, str]:
-    """The safetensors metadata of a file; empty where there is none, no such file, or a file
-    that is not safetensors."""
-    try:
-        return storage.read_header(path)[1]
-    except (storage.NotSafetensors, BertconvError, OSError):
-        return {}

@@ -8,7 +8,8 @@ Writing: `Output` is an output directory being written. It is locked for the tim
 (the lock is on the directory itself: no lock file anyone could plant or redirect), every file is
 staged under a name only bertconv uses and renamed into place at the end, and on any failure,
 Ctrl-C included, what bertconv created is removed again: staged files, and the directory itself
-if bertconv made it.
+if bertconv made it. A file bertconv did not write is never replaced nor removed (record.py
+says which are its own).
 """
 
 import errno
@@ -18,10 +19,11 @@ import re
 import secrets
 import shutil
 import stat
+from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from itertools import takewhile
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from .errors import BertconvError, CheckpointError, NotFoundError, OutputError, UsageError
 
@@ -41,6 +43,10 @@ KINDS = {
     stat.S_IFSOCK: "a socket",
 }
 LOCK_TRIES = 100
+READ_TRIES = 3  # reads of files that another process keeps rewriting, before giving up
+CHECKSUM_READ = 1 << 20  # bytes read at a time to checksum a file
+CHECKED: dict[tuple, str] = {}  # (identity and times, blank) -> CRC32C: each file read once
+T = TypeVar("T")
 
 
 def open_regular(path: Path) -> BinaryIO:
@@ -77,16 +83,70 @@ def identity(path: Path) -> tuple[int, int, int, int] | None:
     return found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns
 
 
+def checksum(path: Path, blank: tuple[int, int] | None = None) -> dict:
+    """What tells a file bertconv wrote from the same file changed since: its size and CRC32C,
+    bytes [start, end) of `blank` read as '0's (where a file holds its own checksum). CRC32C is
+    TensorFlow's checksum: bert-base's 438 MB in ~0.05 s, where SHA-256 takes ~0.3 s; neither
+    would keep out a forger, since anyone may write a record. A link is not followed (bertconv
+    writes none), nor a FIFO waited on: OSError. A file checked before, unchanged since (its
+    identity, times and `blank` the same), is not read again."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        key = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+        if (key, blank) not in CHECKED:
+            if len(CHECKED) > 64:
+                CHECKED.clear()
+            CHECKED[key, blank] = _crc32c(f, blank)
+    return {"bytes": found.st_size, "crc32c": CHECKED[key, blank]}
+
+
+def _crc32c(f: BinaryIO, blank: tuple[int, int] | None) -> str:
+    import google_crc32c
+
+    crc, at = 0, 0
+    while block := f.read(CHECKSUM_READ):
+        if blank and blank[0] < at + len(block) and at < blank[1]:
+            low, high = max(blank[0] - at, 0), min(blank[1] - at, len(block))
+            block = block[:low] + b"0" * (high - low) + block[high:]
+        crc = google_crc32c.extend(crc, block)
+        at += len(block)
+    return f"{crc:08x}"
+
+
+def changed(seen: dict[Path, tuple]) -> Path | None:
+    """The first file that is not as `seen` (identity) found it: rewritten in place, cut short,
+    replaced or removed since. What was read of it meanwhile may mix two versions."""
+    return next((path for path, before in seen.items() if identity(path) != before), None)
+
+
 def unchanged(seen: dict[Path, tuple]) -> None:
-    """Raise where a file is not as `seen` (identity) found it: rewritten in place, cut short,
-    replaced or removed since. A conversion that read it meanwhile may hold two versions."""
-    for path, before in seen.items():
-        if identity(path) != before:
-            raise CheckpointError(
-                f"{path}: changed while it was being converted (rewritten, cut short or "
-                "replaced); what was read may mix two versions, so nothing was written. Convert "
-                "it again once nothing is writing it"
-            )
+    """Raise where a file converted is not as `seen` found it before a byte was read."""
+    path = changed(seen)
+    if path is not None:
+        raise CheckpointError(
+            f"{path}: changed while it was being converted (rewritten, cut short or "
+            "replaced); what was read may mix two versions, so nothing was written. Convert "
+            "it again once nothing is writing it"
+        )
+
+
+def held_still(read: Callable[[], tuple[T, dict[Path, tuple]]], doing: str) -> T:
+    """What `read()` returns (a value, and its files' identities as first found) once the files
+    held still while it read them; read again where one changed meanwhile, READ_TRIES times in
+    all, then refused by name. `doing`: what it is, as in 'while it was being read'."""
+    for _ in range(READ_TRIES):
+        value, seen = read()
+        moved = changed(seen)
+        if moved is None:
+            return value
+    raise CheckpointError(
+        f"{moved}: changed while it was being {doing}, {READ_TRIES} times in a row (rewritten, "
+        "cut short or replaced); what was read would mix two versions of it. Try again once "
+        "nothing is writing it"
+    )
 
 
 def _no_constants(name: str):
@@ -172,13 +232,17 @@ class Output:
     until all are in place, and put back if any fails, with Ctrl-C and SIGTERM held off until
     the directory is whole (the old or the new). The directory holds one result: the files
     named in `replaces` (what any result is made of) that this one does not write are set
-    aside with them, and removed once it is in place. On a failure before commit, and on
-    Ctrl-C, the staged files are removed, and so are the directories made here, if still
-    empty."""
+    aside with them, and removed once it is in place. Only files that `strangers` finds
+    bertconv wrote are ever replaced or removed: any other is refused by name
+    (check_replaceable). On a failure before commit, and on Ctrl-C, the staged files are
+    removed, and so are the directories made here, if still empty."""
 
-    def __init__(self, path: Path, replaces: tuple[str, ...] = ()):
+    def __init__(self, path: Path, replaces: tuple[str, ...] = (), strangers=None):
         self.path = Path(path)
         self.replaces = replaces
+        # (directory, names) -> {name: why} for the files no record shows bertconv wrote as
+        # they are (record.strangers); without one, no file there is bertconv's to replace
+        self.strangers = strangers or (lambda directory, names: dict.fromkeys(names, "not ours"))
         self.created: list[Path] = []
         self.staged: list[tuple[Path, Path]] = []
         self.protected: list[Path] = []  # what the command reads: never cleared, never replaced
@@ -218,6 +282,7 @@ class Output:
                 self._make_directories()
                 fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except FileNotFoundError:
+                _refuse_dangling(self.path)  # no writer will ever make it
                 continue
             fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed, or the process ends
             with suppress(FileNotFoundError):
@@ -238,6 +303,27 @@ class Output:
                 f"{taken[0]}; move it out of {self.path} or choose another --out"
             )
 
+    def check_replaceable(self) -> None:
+        """Refuse, by name, the files of `replaces` there that this result would replace or
+        remove but that no record shows bertconv wrote, as they are (`strangers`): a user's own
+        tokenizer.json, a vocab.txt they edited. Never one the command reads (nor a directory:
+        _check_places'). Called before the work of a conversion, and again at its commit."""
+        there = [self.path / n for n in self.replaces if os.path.lexists(self.path / n)]
+        present = [p.name for p in there if not _is_directory(p) and not self._read_here(p)]
+        found = self.strangers(self.path, present)
+        if found:
+            listed = ", ".join(f"{name} ({why})" for name, why in found.items())
+            where = self.path.absolute()  # `--out .` said as where it is
+            raise OutputError(
+                f"{where}: holds files this conversion would replace or remove, which bertconv "
+                f"did not record writing there as they are: {listed}. Nothing was written; "
+                f"move them out of {where}, or choose another --out"
+            )
+
+    def _read_here(self, path: Path) -> bool:
+        """Is `path` a file the command reads?"""
+        return any(_same_file(path, source) for source in self.protected)
+
     def _make_directories(self) -> None:
         missing = takewhile(lambda p: not os.path.lexists(p), [self.path, *self.path.parents])
         for directory in reversed(list(missing)):
@@ -255,7 +341,7 @@ class Output:
             path = self.path / name
             if not PARTIAL.match(name) or name in ours or _is_directory(path):
                 continue  # a directory is never a file bertconv staged
-            if not any(_same_file(path, source) for source in self.protected):
+            if not self._read_here(path):
                 path.unlink(missing_ok=True)
 
     def check_not_source(self, directory: Path, files: list[Path], names: list[str]) -> None:
@@ -296,6 +382,7 @@ class Output:
     def commit(self) -> list[Path]:
         """Every staged file into place, all or none; signals held off meanwhile."""
         with _signals_held():
+            self.check_replaceable()  # what may have come since the first check
             self._clear_leftovers()
             kept: list[tuple[Path, Path | None]] = []  # (final, the file it replaced)
             try:
@@ -320,11 +407,7 @@ class Output:
         the command reads)."""
         written = {final.name for _, final in self.staged}
         present = [self.path / n for n in self.replaces if n not in written]
-        return [
-            path
-            for path in present
-            if os.path.lexists(path) and not any(_same_file(path, p) for p in self.protected)
-        ]
+        return [path for path in present if os.path.lexists(path) and not self._read_here(path)]
 
     def _undo(self) -> None:
         """Remove what this writer created, signals held off. Cleaning up must never hide the
@@ -346,6 +429,18 @@ class Output:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def _refuse_dangling(path: Path) -> None:
+    """Refuse `path` where it, or a directory above it, is a link to nothing: its directory can
+    be neither opened nor made there (bertconv makes no directory at the end of a link)."""
+    for link in [path, *path.parents]:
+        if link.is_symlink() and not link.exists():
+            above = "" if link == path else f", above {path}"
+            raise OutputError(
+                f"{link}: is a link to {os.path.realpath(link)}, which does not exist{above}; "
+                "make that directory, or choose another --out"
+            )
 
 
 def partial(path: Path) -> Path:

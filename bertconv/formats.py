@@ -11,6 +11,9 @@ read only) with the config file beside it. Which layout the tensors are in is th
     tensorflow     PREFIX.index + PREFIX.data-*            read and written (tfbundle.py)
     h5             tf_model.h5                             read (h5weights.py)
 
+A written form records the files of its output beside them (record.py), so that a later
+conversion into the directory tells them from the user's own files.
+
 A new format is a Format here, and its reader (and writer).
 """
 
@@ -20,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from . import files, h5weights, pickles, storage, tfbundle, writing
+from . import files, h5weights, pickles, record, storage, tfbundle, writing
 from .errors import BertconvError, CheckpointError, NotFoundError
 
 # What a conversion into a TensorFlow layout writes, as google-research/bert's releases ship it.
@@ -228,14 +231,20 @@ def _read_h5(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
 
 
 def _write_safetensors(out: files.Output, tensors: dict, metadata: dict, progress) -> None:
-    writing.write_safetensors(out.stage("model.safetensors"), tensors, metadata, progress)
+    """With the record of what was written (record.py) in its metadata, and its own seal."""
+    metadata = record.metadata(out, metadata)  # of the files staged before it
+    path = out.stage(record.WEIGHTS)
+    writing.write_safetensors(path, tensors, metadata, progress)
+    record.seal(path)
 
 
 def _write_tf(out: files.Output, tensors: dict, metadata: dict, progress) -> None:
-    """A bundle has no room for metadata: it is known by its file names."""
+    """A bundle has no room for metadata: it is known by its file names, and what was written
+    is recorded beside it (record.py's manifest)."""
     data = out.stage(tfbundle.data_file(Path(TF_PREFIX)).name)
     index = out.stage(f"{TF_PREFIX}.index")  # the index last: it makes the checkpoint
     tfbundle.write_bundle(index, data, tensors, progress)
+    record.write_manifest(out)
 
 
 FORMATS = [
@@ -245,7 +254,7 @@ FORMATS = [
         (".safetensors",),
         _read_safetensors,
         _write_safetensors,
-        ("model.safetensors",),
+        (record.WEIGHTS,),
     ),
     Format(
         "safetensors",
@@ -268,7 +277,7 @@ FORMATS = [
         (".index",),
         _read_tf,
         _write_tf,
-        (f"{TF_PREFIX}.index", f"{TF_PREFIX}.data-00000-of-00001"),
+        (f"{TF_PREFIX}.index", f"{TF_PREFIX}.data-00000-of-00001", record.MANIFEST),
         TF_CONFIG,
         find_in=_tf_found,
         fetch_of=_fetch_tf,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import files
-from .errors import CheckpointError
+from .errors import BertconvError, CheckpointError
 
 ITEM_SIZE = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1,
@@ -263,6 +263,15 @@ def read_header(path: Path) -> tuple[dict[str, Stored], dict[str, str]]:
         tensors[name] = Stored(path, dtype, shape, base + begin, base + end)
     _check_coverage(tensors, base, size)
     return tensors, metadata
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The safetensors metadata of a file; empty where there is none, no such file, or a file
+    that is not safetensors."""
+    try:
+        return read_header(path)[1]
+    except (NotSafetensors, BertconvError, OSError):
+        return {}
 
 
 def _unique_names(pairs: list[tuple[str, object]]) -> dict:

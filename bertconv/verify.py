@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from . import catalog, storage
-from .api import build, official, resolve
+from . import catalog, files, storage
+from .api import Source, build, official, resolve
 from .batches import RANDOM, Batch, inputs, left_padded, pattern
 from .checkpoint import Checkpoint, read_checkpoint
 from .convert import FITTING, Reading, convert_reading
@@ -104,6 +104,14 @@ def verify(
         raise UsageError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
     dev = pick_device(device)
     src = resolve(source, revision)
+    # both models of one version of each file: compared again where one changed meanwhile
+    return files.held_still(
+        lambda: _verify(src, dev, dtype, from_layout, model, model_layout), "verified"
+    )
+
+
+def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> tuple:
+    """verify, once: its report, and its weights files' identities as found before reading."""
     ckpt = read_checkpoint(src.path, from_layout, src.weights)
     implements(imported(), ckpt.config)
     nonfinite = storage.nonfinite(ckpt.state_dict)
@@ -167,7 +175,7 @@ def verify(
     report.notes = ours.notes
     if taken_apart:
         report.diagnosis = ours.diagnose(failing, prepared, ckpt)
-    return report
+    return report, ckpt.seen
 
 
 def _run_in(batch: Batch, dtype: torch.dtype) -> torch.dtype:

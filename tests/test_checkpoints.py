@@ -266,3 +266,76 @@ def test_load_with_mmap_maps_the_file_as_documented(checkpoints, tmp_path):
         f.write(b"\x00" * (t.end - t.start))
     assert not mapped.state_dict()[weight].any()  # the mapping follows the file
     assert read.state_dict()[weight].any()  # the copy read into memory does not
+
+
+EVERY_READ = 10**6  # writes: more than any number of tensors read
+
+
+class RewrittenWhileRead:
+    """Another process writing over a weights file in place (same size, a new time) once the
+    first tensor of a read (or a mapping) is in: zeros into every tensor, then 0.75s, and so on.
+    Each write is given a time of its own, so that it shows whatever the file system's clock."""
+
+    def __init__(self, monkeypatch, path, times: int, renamed: bool = False):
+        from bertconv import storage
+
+        self.path, self.left, self.versions, self.renamed = path, times, 0, renamed
+        self.tensors = list(storage.read_header(hostile(path))[0].values())
+        os.utime(path, ns=(10**9, 10**9))  # as first looked at
+        real = storage.to_torch
+
+        def read_then_rewrite(t, maps=None):
+            tensor = real(t, maps)
+            if self.left:
+                self.left -= 1
+                self.rewrite()
+            return tensor
+
+        monkeypatch.setattr(storage, "to_torch", read_then_rewrite)
+
+    def rewrite(self):
+        self.versions += 1
+        fill = b"\x00" if self.versions % 2 else b"\x3f"  # float32 0.0, or 0.75 where 4 in a row
+        target = self.path.with_name("new") if self.renamed else self.path
+        if self.renamed:  # a new file put in its place, as a download or a save does
+            target.write_bytes(self.path.read_bytes())
+        with open(target, "r+b") as f:
+            for t in self.tensors:
+                f.seek(t.start)
+                f.write(fill * (t.end - t.start))
+        os.utime(target, ns=((self.versions + 1) * 10**9,) * 2)
+        os.replace(target, self.path)
+
+
+@pytest.mark.parametrize("mmap, renamed", [(False, False), (True, False), (False, True)])
+def test_load_reads_again_a_file_rewritten_while_it_is_read(
+    checkpoints, tmp_path, monkeypatch, mmap, renamed
+):
+    """The first read mixes the tensors read before the write (or the rename of a new file over
+    it) with those read after: it is read again, and the model is the new version whole."""
+    out = tmp_path / "out"
+    convert_dir(checkpoints["base"], out)
+    writer = RewrittenWhileRead(monkeypatch, out / "model.safetensors", 1, renamed)
+    model = bertconv.load(out, mmap=mmap)
+    assert writer.versions == 1
+    assert all(not p.any() for p in model.state_dict().values())  # every tensor the new zeros
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+def test_load_refuses_a_file_rewritten_under_every_read(checkpoints, tmp_path, monkeypatch, mmap):
+    out = tmp_path / "out"
+    convert_dir(checkpoints["base"], out)
+    weights = out / "model.safetensors"
+    RewrittenWhileRead(monkeypatch, weights, times=EVERY_READ)
+    with pytest.raises(CheckpointError, match=f"{weights}: changed while it was being read, 3 "):
+        bertconv.load(out, mmap=mmap)
+
+
+def test_verify_refuses_a_file_rewritten_under_every_read(checkpoints, tmp_path, monkeypatch, cli):
+    out = tmp_path / "out"
+    convert_dir(checkpoints["pretraining"], out)
+    weights = out / "model.safetensors"
+    RewrittenWhileRead(monkeypatch, weights, times=EVERY_READ)
+    code, _, err = cli("verify", out, "--device", "cpu")
+    assert code == 4, err
+    assert f"{weights}: changed while it was being verified, 3 times in a row" in err, err

@@ -102,6 +102,25 @@ def test_a_second_fetch_does_no_work_and_says_so(hub, env, tmp_path):
     assert [r.path for r in new if "/resolve/" in r.path] == []  # asked only which commit main is
 
 
+@pytest.mark.parametrize("to", ["bertconv", "google-tf"])
+def test_fetch_into_a_folder_of_the_users_refuses_before_downloading(to, hub, env, tmp_path):
+    """`fetch --out .` in a folder holding the user's own tokenizer (and files bertconv never
+    writes): refused by name, before a byte of weights is downloaded; every file as it was."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    own = {"vocab.json": '{"hello": 0}', "merges.txt": "#version: 0.2\n", "README.md": "# me\n"}
+    own |= {"tokenizer.json": '{"model": {"type": "BPE"}}', "train.py": "print()\n"}
+    for name, text in own.items():
+        (mine / name).write_text(text)
+    done = bertconv("fetch", "org/tiny", "--to", to, "--out", ".", env=env, cwd=mine)
+    assert done.returncode == 7, done.stderr
+    assert f"{mine}: holds files this conversion would replace or remove" in done.stderr
+    for name in ("vocab.json", "merges.txt", "tokenizer.json"):
+        assert f"{name} (not bertconv's)" in done.stderr, done.stderr
+    assert {p.name: p.read_text() for p in mine.iterdir()} == own
+    assert gets(hub, "model.safetensors") == 0
+
+
 @pytest.mark.parametrize("which", ["branch", "tag", "commit"])
 def test_revision_by_branch_tag_or_commit(which, hub, env, tmp_path, checkpoints):
     first = hub.commit("org/tiny", checkpoints["legacy"], branch="old")

@@ -178,9 +178,12 @@ def test_a_source_named_like_a_leftover_is_never_cleared(source, cli):
 
 
 def test_a_commit_that_fails_halfway_puts_every_file_back(source, tmp_path, cli, monkeypatch):
-    out = tmp_path / "out"
-    assert cli("convert", source, "--out", out)[0] == 0
-    (out / "vocab.txt").write_text("an older vocabulary")
+    out, older = tmp_path / "out", tmp_path / "older"
+    older.mkdir()
+    for f in source.iterdir():  # another checkpoint: the commit replaces each of its files
+        (older / f.name).write_bytes(f.read_bytes())
+    (older / "vocab.txt").write_text("an older vocabulary")
+    assert cli("convert", older, "--out", out)[0] == 0
     before = snapshot(out)
     replace, calls = os.replace, []
 

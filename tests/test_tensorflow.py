@@ -236,6 +236,7 @@ TF_WRITTEN = [
     "bert_config.json",
     "bert_model.ckpt.data-00000-of-00001",
     "bert_model.ckpt.index",
+    "bertconv-manifest.json",  # what bertconv wrote, for its next conversion into the directory
     "vocab.txt",
 ]
 

@@ -601,14 +601,20 @@ def test_a_tensorflow_checkpoint_is_never_written_where_another_would_be_read(
 
 def test_a_stale_config_json_goes_with_the_checkpoint_it_came_with(checkpoints, tmp_path, cli):
     """config.json would be read before bert_config.json: as a file of an earlier conversion
-    that this one does not write, it is removed when the bundle is committed."""
+    that this one does not write, it is removed when the bundle is committed. The user's own
+    config.json is not bertconv's to remove: refused, by name."""
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "config.json").write_text("{}")
+    assert cli("convert", checkpoints["pretraining"], "--out", out)[0] == 0
     code, _, err = cli("convert", checkpoints["base"], "--to", "google-tf", "--out", out)
     assert code == 0, err
     assert not (out / "config.json").exists() and (out / "bert_config.json").is_file()
     assert cli("verify", out, "--device", "cpu")[0] == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text("{}")
+    result = cli("convert", checkpoints["base"], "--to", "google-tf", "--out", mine)
+    refused(result, 7, f"{mine}: holds files", "config.json (not bertconv's)")
+    assert os.listdir(mine) == ["config.json"] and (mine / "config.json").read_text() == "{}"
 
 
 def test_a_tensorflow_checkpoint_replaces_the_one_bertconv_wrote_there(checkpoints, tmp_path, cli):
