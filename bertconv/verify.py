@@ -22,7 +22,7 @@ from .config import BertConfig
 from .convert import FITTING, Reading, Selection, convert_reading
 from .errors import CheckpointError, MissingDependencyError, UsageError
 from .family import as_bert, left_out
-from .mapping import Table, identify, layout
+from .mapping import Table, identify, layout, other_labels
 from .model import BertModel
 from .outputs import POOLER, Output, compared, heads
 from .tables import OFFICIAL
@@ -335,6 +335,7 @@ class Yours(Ours):
             reading, ckpt.config, table, Selection("exactly", kept), str(ckpt.path)
         )
         _misplaced(table, ckpt.config, (reading.groups - kept, groups - kept), shapes, spec)
+        other_labels(table, ckpt.config, kept, shapes, spec)
         absent = _head_names(table, ckpt.config, groups - kept)
         absent -= _head_names(table, ckpt.config, kept)
         model.float()  # built in half precision, say: the weights as read, not rounded on load

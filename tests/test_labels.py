@@ -2,7 +2,8 @@
 their code (`nn.Linear(hidden, 2)`, `num_classes=3`, nine CoNLL tags, two tags), none of them
 the probe config's num_labels, are inferred with no --config, placed by how they are read (and,
 where two heads are that wide, by name), and verified on transformers' checkpoint of their
-count. Checkpoints are transformers' own, made here, seeded."""
+count; on a checkpoint of another count verify refuses, naming both. Checkpoints are
+transformers' own, made here, seeded."""
 
 from pathlib import Path
 
@@ -67,6 +68,15 @@ def test_a_head_of_a_fixed_count_is_placed_and_verifies_on_a_checkpoint_of_that_
     assert f"[groups.{group}]" in text and "nsp" not in text and "qa" not in text, text
     code, rows, out = verified(cli, checkpoint(model_class, labels), name, tables[name])
     assert code == 0 and "PASSED" in out and rows[-1] == group, out
+
+
+@pytest.mark.parametrize("name", HEADS)
+def test_on_a_checkpoint_of_another_count_verify_refuses_naming_both(name, tables, checkpoint, cli):
+    group, model_class, labels = HEADS[name]
+    code, _, out = verified(cli, checkpoint(model_class, labels + 1), name, tables[name])
+    assert code == 4 and "PASSED" not in out and "Traceback" not in out, out
+    assert f"its {group} head has {labels} labels" in out
+    assert f"the checkpoint's {labels + 1}: verify it on a checkpoint of {labels}" in out
 
 
 def test_a_config_of_another_count_gives_the_same_table_and_a_note_naming_both(
