@@ -15,9 +15,11 @@ ZOO = Path(__file__).parent / "zoo" / "head_labels.py"
 # zoo model -> (the group it is placed as, transformers' class of it, its labels)
 HEADS = {
     "Sentiment": ("classifier", "BertForSequenceClassification", 2),
+    "Polarity": ("classifier", "BertForSequenceClassification", 2),
     "NewsClassifier": ("classifier", "BertForSequenceClassification", 3),
     "NerTagger": ("token_classifier", "BertForTokenClassification", 9),
     "SpanTagger": ("token_classifier", "BertForTokenClassification", 2),
+    "InsideOutside": ("token_classifier", "BertForTokenClassification", 2),
 }
 
 

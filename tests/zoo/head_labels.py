@@ -1,7 +1,8 @@
 """Fine-tuning heads as tutorials write them, their label count a number in the code rather than
-config.num_labels: a two-label sentiment classifier on the pooled output, a three-class one
-whose count is a keyword argument, a CoNLL-style tagger of nine tags and a two-tag one. Each
-head's width is its label count, whatever the config says."""
+config.num_labels: a two-label sentiment classifier on the pooled output (its head called
+`classifier`, or `sentiment`), a three-class one whose count is a keyword argument, a
+CoNLL-style tagger of nine tags and a two-tag one (`tagger`, or `tags`). Each head's width is
+its label count, whatever the config says."""
 
 import math
 
@@ -82,6 +83,19 @@ class Sentiment(nn.Module):
         return self.classifier(self.dropout(pooled))
 
 
+class Polarity(Sentiment):
+    """The same two labels under the head's task's name."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.sentiment = self.classifier
+        del self.classifier
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        _, pooled = self.bert(input_ids, attention_mask, token_type_ids)
+        return self.sentiment(self.dropout(pooled))
+
+
 class NewsClassifier(nn.Module):
     """Three classes by default, its head named `out`."""
 
@@ -120,3 +134,16 @@ class SpanTagger(nn.Module):
     def forward(self, input_ids, attention_mask, token_type_ids):
         hidden, _ = self.bert(input_ids, attention_mask, token_type_ids)
         return self.tagger(hidden)
+
+
+class InsideOutside(SpanTagger):
+    """The same two tags, the head called `tags`."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.tags = self.tagger
+        del self.tagger
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        hidden, _ = self.bert(input_ids, attention_mask, token_type_ids)
+        return self.tags(hidden)
