@@ -347,6 +347,8 @@ def infer(
         raise NotBertError(f"{model}: {found.reason}")
     checked = ", ".join(f"{k} {v:.1e}" for k, v in found.checked.items())
     say(f"inferred a table for {model} from {found.trials} candidate(s); max abs: {checked}")
+    for note in found.notes:
+        say(f"note: {note}")
     if out is None:
         show(found.text, nl=False)
         return

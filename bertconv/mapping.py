@@ -268,6 +268,23 @@ def _held(table: Table, config: BertConfig, names: set[str]) -> frozenset[str]:
     return frozenset(heads | {g for g in table.groups & table.prefixed if holds(g, heads)})
 
 
+def other_labels(table: Table, config: BertConfig, groups, shapes: dict, spec: str) -> None:
+    """Refuse a model whose head of labels (a classifier's, a tagger's), among the checkpoint's
+    `groups`, has another label count than the checkpoint's: read off its bias, `shapes` being
+    the model's. A count fixed in its code (`nn.Linear(hidden, 2)`) holds that many only."""
+    dims = catalog.architecture(config.model_type)["groups"]
+    for group in sorted(groups):
+        for official in (n for n, d in dims.get(group, {}).items() if d == ["num_labels"]):
+            for name in (n for n in table.names_for(official) if n in shapes):
+                if shapes[name] != (config.num_labels,):
+                    raise CheckpointError(
+                        f"--model {spec!r}: its {group} head has {shapes[name][0]} labels "
+                        f"({name} is {shapes[name]}), the checkpoint's {config.num_labels}: "
+                        f"verify it on a checkpoint of {shapes[name][0]} labels, or have its "
+                        "code take the count from config.num_labels"
+                    )
+
+
 def recognised_only(shapes: dict[str, tuple[int, ...]]) -> str | None:
     """The shipped layout, of those recognised but never converted, whose rows name most (over
     half) of a file's tensors, if there is one. `shapes`: the file's tensors' shapes, by name."""

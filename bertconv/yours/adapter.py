@@ -17,7 +17,7 @@ from ..checkpoint import Checkpoint
 from ..config import BertConfig
 from ..convert import Reading, Selection, convert_reading
 from ..errors import CheckpointError, UserCodeError
-from ..mapping import Table, class_for, identify, layout
+from ..mapping import Table, class_for, identify, layout, other_labels
 from ..model import BertModel
 from ..outputs import POOLER, Output, Runner, cast_order, exact, heads, key, layer, truth
 from ..reference import reference_model
@@ -44,6 +44,7 @@ class Yours(Runner):
         self.table = table
         kept, self.reading = groups & reading.groups, reading
         _misplaced(table, ckpt.config, (reading.groups - kept, groups - kept), shapes, spec)
+        other_labels(table, ckpt.config, kept, shapes, spec)
         lacking = groups - kept - {"pooler"}  # heads of the model the checkpoint has none of
         self.seeded_reading, self.seeded, self.conversion = _seeded(
             reading, ckpt, table, kept, lacking, shapes

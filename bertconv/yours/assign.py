@@ -13,8 +13,10 @@ from .units import UNUSED, Unit, split_role, words
 OUT_OF_ORDER = 6  # assignments run where none is in an order BERT's could be
 
 
-# The heads read once per sequence (from the pooled output), and the width of each.
-SEQUENCE = {"nsp": lambda c: 2, "classifier": lambda c: c.num_labels}
+# The heads read once per sequence (from the pooled output) and those read per token, with the
+# width of each: fixed, or None for a classifier's, which is its label count (read off its shape).
+SEQUENCE = {"nsp": 2, "classifier": None}
+PER_TOKEN = {"token classifier": None, "qa": 2}
 # The query, key and value: read from one input, in any order (a fused unit holds all three).
 ATTENTION = ("query", "key", "value")
 
@@ -236,21 +238,40 @@ def pooler_choices(model: Model, taken: set[int]) -> list[Assignment]:
     return [Assignment({"pooler": u}, {"pooler": t}) for u in free for t in fits(u, h, h)]
 
 
-def sequence_role(unit: Unit, model: Model, beside: set[str]) -> str | None:
-    """The head read once per sequence a unit is: the only one a class holds beside the heads
-    placed (`beside`: next sentence prediction beside a masked-LM head), else the one
-    config.json's `architectures` names, else the one its name says; never the one its width
+def width(unit: Unit, h: int) -> int | None:
+    """How many outputs a projection of the hidden state has (a head's labels), read off its
+    shape as its use stored it; None for a unit that is no such projection, or a square one
+    (a pooler's, a masked LM's transform: never a head of labels)."""
+    widths = {n for n in unit.shape[:2] if fits(unit, n, h)} - {h}
+    return widths.pop() if len(widths) == 1 else None
+
+
+def head_role(unit: Unit, model: Model, beside: set[str]) -> str | None:
+    """The head a unit outside the layers is (read once per sequence, or per token): the only
+    one of its width a class holds beside the heads placed (`beside`: NSP beside a masked-LM
+    head; a classifier, of any label count, where the width is not 2); of two that fit (NSP or
+    a 2-label classifier, QA or a 2-tag tagger), the one config.json's `architectures` names,
+    else the one its name says, else per token QA; per sequence never the one its width
     suggests (None where nothing says)."""
-    h, held = model.config.hidden_size, classes(model.config.model_type).values()
-    fitting = [r for r, width in SEQUENCE.items() if fits(unit, width(model.config), h)]
+    n, held = width(unit, model.config.hidden_size), classes(model.config.model_type).values()
+    kinds = PER_TOKEN if unit.per_token else SEQUENCE
+    fitting = [r for r, w in kinds.items() if n is not None and w in (None, n)]
     group = {r: model.roles.units[r][1] for r in fitting}
     fitting = [r for r in fitting if any(beside | {group[r]} <= set(g) for g in held)]
-    if beside and len(fitting) == 1:
-        return fitting[0]
-    declared = {r: 9 * (model.roles.units[r][1] in model.declared) for r in fitting}  # first
+    if len(fitting) <= 1:
+        return fitting[0] if fitting else None
+    declared = {r: 9 * (group[r] in model.declared) for r in fitting}  # first
     hints = {r: declared[r] + _hint(unit, r, model.roles) for r in fitting}
     named = [r for r in fitting if hints[r] > sum(hints.values()) / 2]
-    return named[0] if named else None
+    return named[0] if named else "qa" if unit.per_token else None
+
+
+def labelled(choice: Assignment) -> Unit | None:
+    """The classifier (per sequence or per token) a choice places, whose width is its label
+    count whatever config.num_labels says (a head of 2 labels written `nn.Linear(h, 2)`)."""
+    return next(
+        (choice.units[r] for r in ("classifier", "token classifier") if r in choice.units), None
+    )
 
 
 def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
@@ -284,11 +305,11 @@ def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
     else:
         units.pop("mlm transform", None), units.pop("mlm norm", None)
     beside = {model.roles.units[r][1] for r in units}
-    for unit in (u for u in free if not u.per_token):
-        if role := sequence_role(unit, model, beside):
-            pick(role, [(unit, t) for t in fits(unit, SEQUENCE[role](c), h)], False)
-    pick("token classifier", [(u, t) for u in free for t in fits(u, c.num_labels, h)], True)
-    pick("qa", [(u, t) for u in free for t in fits(u, 2, h)], True)
+    for per_token in (False, True):  # the heads of the pooled output first
+        for unit in (u for u in free if u.per_token == per_token):
+            role = head_role(unit, model, beside)
+            if role and role not in units:
+                pick(role, [(unit, t) for t in fits(unit, width(unit, h), h)], per_token)
     return [Assignment(units, flips)] if units else []
 
 

@@ -18,7 +18,7 @@ part) is refused, naming where the closest assignment diverges.
 """
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -34,7 +34,7 @@ from .fence import guarded, raised_by_model
 from .harness import Harness, load
 from .reading import anchors, outputs_of, read
 from .trace import Trace, weights
-from .units import UNUSED, layer_index, layer_pattern, units_from
+from .units import UNUSED, Unit, layer_index, layer_pattern, units_from
 
 # Sizes that all differ, so that a tensor's shape tells what it can be.
 PROBE = dict(
@@ -45,7 +45,7 @@ PROBE = dict(
     intermediate_size=40,
     max_position_embeddings=29,
     type_vocab_size=2,
-    num_labels=5,
+    num_labels=5,  # not 2: a head built with config.num_labels is never NSP's width
 )
 TOLERANCE = 1e-5
 PROBE_LENGTH = 20  # tokens in the probe's longest sequence: few, but no other size
@@ -69,6 +69,7 @@ class Inference:
     trials: int
     reason: str | None = None  # why no table was found
     diagnosis: object = None  # diagnose.Diagnosis: where and why the closest assignment differs
+    notes: tuple[str, ...] = ()  # what the user should know of the table found
 
 
 class Probe:
@@ -265,7 +266,10 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     _refuse_stacked(tensors, config, spec)
     generated = generated_buffers(state, params, config)
     user = _model(run.trace, tensors, config, (config_dict or {}).get("architectures"))
-    return Search(user, harness, config, spec, generated).run()
+    given = {"num_labels", "id2label"} & set(config_dict or {})  # not transformers' default 2
+    return Search(
+        user, harness, config, spec, generated, config.num_labels if given else None
+    ).run()
 
 
 def _refuse_stacked(tensors: dict, config: BertConfig, spec: str) -> None:
@@ -314,9 +318,11 @@ class Search:
     config: BertConfig
     spec: str
     generated: dict
+    labels_given: int | None = None  # --config's num_labels, where it states one
     best: tuple[dict | None, dict | None] = (None, None)
     detached: tuple = ()  # heads of the pooled output in a model with no pooler: its own
     foreign: tuple = ()  # (its tensors no part of BERT fits, why): held as its own meanwhile
+    told: tuple[str, ...] = ()  # notes for the user: a label count other than --config's
 
     def run(self) -> Inference:
         embeddings = list(assign.global_choices(self.user))
@@ -326,6 +332,7 @@ class Search:
         taken = {id(u) for a in (embeddings[0], layers[0]) for u in a.units.values()}
         word = embeddings[0].units["word embeddings"]
         heads = assign.head_choices(self.user, taken, word) or [assign.Assignment({})]
+        self._count_labels(assign.labelled(heads[0]))
         taken |= {id(u) for u in heads[0].units.values()}
         poolers = assign.pooler_choices(self.user, taken) or [assign.Assignment({})]
         if not poolers[0].units:  # a head read off a hidden state is not transformers'
@@ -345,6 +352,21 @@ class Search:
             held = ", ".join(sorted(groups - {"pooler"}))
             return Inference(None, {}, 0, f"its heads ({held}) together make no class of BERT's")
         return self._search(parts)
+
+    def _count_labels(self, head: Unit | None) -> None:
+        """BERT's classifier as wide as the model's (`head`), whose shape, not the config, says
+        how many labels it has; a note where --config states another count."""
+        labels = assign.width(head, self.config.hidden_size) if head else None
+        if labels is None or labels == self.config.num_labels:
+            return
+        if self.labels_given is not None:
+            self.told = (
+                f"{head.weight} has {labels} labels (its shape) where --config's num_labels is "
+                f"{self.labels_given}: the table is the model's, but a checkpoint of "
+                f"{self.labels_given} labels will not load into it",
+            )
+        self.config = replace(self.config, num_labels=labels)
+        self.user.config = self.config
 
     def _search(self, parts: dict) -> Inference:
         """The likeliest choice of each part, then, at the first part whose outputs differ, its
@@ -367,7 +389,7 @@ class Search:
         if _failing_part(distances) is None:
             raw = self._raw(current)
             text = assign.table_text(raw, self.spec, self._notes(current))
-            return Inference(text, distances, self.probe.trials)
+            return Inference(text, distances, self.probe.trials, notes=self.told)
         # Said of the likeliest assignment (its earlier parts mended), as close as any in the
         # outputs it matches: another, of a smaller error by chance, would mislead a diagnosis.
         if distances is not None and progress(distances)[0] >= progress(self.best[1])[0]:
@@ -425,7 +447,7 @@ class Search:
         unused = [u.weight for u in units if u.order == UNUSED and u.kind != "embedding"]
         never = "Never used by its forward (placed by name and shape only)"
         own = [f"{u.weight}: the model's own (no pooler before it)" for u in self.detached]
-        return ([f"{never}: {', '.join(unused)}"] if unused else []) + own
+        return ([f"{never}: {', '.join(unused)}"] if unused else []) + own + list(self.told)
 
     def _why(self, found) -> str:
         distances = self.best[1]
