@@ -70,11 +70,16 @@ bench: $(INSTALLED)
 # The interpreter that has torch there (`pip` alone may belong to another one).
 GPU_PYTHON ?= python3
 GPU_T4 := /tmp/bertconv-transformers4
+# google-crc32c (every output's record of its files) is installed there from .whl/ where that
+# machine lacks it (download it here as transformers 4's wheels, google-crc32c>=1.5).
 bench-gpu:
 	$(GPU_PYTHON) -m pip install -q --no-deps --no-build-isolation -e .
+	$(GPU_PYTHON) -c "import google_crc32c" 2>/dev/null || \
+		$(GPU_PYTHON) -m pip install -q --no-deps .whl/google_crc32c-*.whl
 	rm -rf $(GPU_T4)
 	if ls .whl/transformers-4.*.whl >/dev/null 2>&1; then \
-		$(GPU_PYTHON) -m pip install -q --no-deps --target $(GPU_T4) .whl/*.whl; fi
+		$(GPU_PYTHON) -m pip install -q --no-deps --target $(GPU_T4) .whl/transformers-4.*.whl \
+		.whl/huggingface_hub-*.whl .whl/tokenizers-*.whl; fi
 	cd bench && BERTCONV_TRANSFORMERS4=$(GPU_T4) $(GPU_PYTHON) run_all.py --gpu
 
 clean:
