@@ -470,7 +470,7 @@ def _float64(report) -> str:
         return ""
     return (
         f" ({', '.join(report.in_float64)} in float64: float32's own rounding over so many "
-        "positions nears the tolerance)"
+        "positions nears the tolerance; in float32 too, below)"
     )
 
 
@@ -488,6 +488,12 @@ def format_report(report) -> str:
         line = f"{row.name:12s} {row.max_abs:10.2e} {row.mean_abs:10.2e} {row.limit:10.2e}"
         line += f" {row.reference_max_abs:13.2e}" if low else ""
         lines.append(line + ("  ok" if row.passed else "  FAIL"))
+    if (full := report.float32_full) is not None:  # said as a sentence: it is no row
+        where = "within" if full.passed else "FAILS, outside"
+        lines.append(
+            f"in float32 too, the batch of every position: max abs {full.max_abs:.2e}, {where} "
+            f"{full.limit:.0e}"
+        )
     lines += [f"note: {note}" for note in report.notes]
     if report.nonfinite:
         lines.append(f"weights holding NaN or Inf ({len(report.nonfinite)}):")

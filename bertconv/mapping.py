@@ -114,10 +114,8 @@ class Table:
         """Every name a model in this layout may hold an official tensor under: names_for's, and,
         for a prefixed group's, those under the prefix (a task class holds its encoder there)."""
         names = self.names_for(official)
-        prefixed = [
-            self.prefix + n for n in names if n in self.rows and self.rows[n].group in self.prefixed
-        ]
-        return names + tuple(prefixed) if self.prefix else names
+        in_prefixed = [n for n in names if n in self.rows and self.rows[n].group in self.prefixed]
+        return names + tuple(self.prefix + n for n in in_prefixed if self.prefix)
 
     def written(self, officials: set[str], groups: frozenset[str]) -> dict[str, str]:
         """{a name this layout writes: the row it is written from} for the rows whose official

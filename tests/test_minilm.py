@@ -17,6 +17,7 @@ def test_parity_with_transformers_layer_by_layer(minilm):
         *(f"layer {i}" for i in range(1, 7)),
         "pooler",
     ]
+    assert report.float32_full.passed  # the 512-position batch in float32 too
     assert report.inputs == ["tokenized text", "random ids", "random ids of all 512 positions"]
     assert report.longest_sequence == 512  # every position MiniLM has
     assert report.in_float64 == ["random ids of all 512 positions"]

@@ -99,6 +99,14 @@ def test_on_minilm_every_512_positions_are_compared_and_a_right_model_passes(cli
     assert code == 1 and report["in_float64"] == ["random ids of all 512 positions"]
 
 
+def test_a_model_off_in_float32_alone_past_48_tokens_fails_in_float32(cli, checkpoints, tables):
+    """The batch of every position is compared in float64, which autocast leaves alone: run in
+    float32 too, it fails there (it PASSED)."""
+    code, report, _ = verdict(cli, checkpoints["base"], "AutocastLongBert", tables["TutorialBert"])
+    assert code == 1 and failing(report) == [] and not report["float32_full"]["passed"], report
+    assert any("otherwise in float32 than in float64" in n for n in report["notes"])
+
+
 @pytest.mark.parametrize(
     "name, dtype", [("HalfOutputBert", "float16"), ("BFloat16OutputBert", "bfloat16")]
 )

@@ -33,7 +33,6 @@ class Yours(Runner):
     hidden state and head read from a trace of its forward."""
 
     def __init__(self, ckpt: Checkpoint, reading: Reading, spec: str, table_name: str | None):
-
         self.ckpt = ckpt  # as the model takes it (family.as_bert)
         self.harness = load(spec, ckpt.config_dict, ckpt.config, random_batch(ckpt.config))
         model = self.harness.model
@@ -86,7 +85,6 @@ class Yours(Runner):
     def what_head_reads(self, row: Output, batch: dict) -> list[str]:
         """Where a head's row fails: what the head reads, by the trace, where that is not what
         BERT's reads (the last layer's output per token; the pooler's per sequence)."""
-
         head = next((h for h in self.heads if h.output == row), None)
         if head is None:
             return []
@@ -114,17 +112,17 @@ class Yours(Runner):
         return self.harness.prepare(batch)
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
-
         run = self.harness.run(batch)
         named, unused = outputs_of(run, self.anchors, self.heads)
         if note := misread_pooler(run, self.anchors, named):
             named[POOLER] = torch.full((len(batch["input_ids"]), named[POOLER].shape[-1]), math.nan)
-            self.notes += [note] * (note not in self.notes)
+            self._say(note)
             self.misread.add(POOLER)  # its shape says why: nothing for the diagnosis
         for label in unused:
             self._never_used(label)
         wrong, notes = returned(run, named, self.lenient)
-        self.notes += [n for n in notes if n not in self.notes]
+        for note in notes:
+            self._say(note)
         self.inside.append({k: exact(v) for k, v in named.items() if k in wrong})
         return {k: exact(v) for k, v in (named | wrong).items()}
 
@@ -190,16 +188,14 @@ class Yours(Runner):
         if label.hidden:  # compared with the state the model carries there; the diagnosis says
             return
         names = ", ".join(sorted(self.anchors[label]))
-        note = f"{label}: your model's forward never uses {names} (not compared)"
-        if note not in self.notes:
-            self.notes.append(note)
+        self._say(f"{label}: your model's forward never uses {names} (not compared)")
 
 
 def diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnosis | None:
     """Where and why `row` differs, on the batch that shows a step differing (random ids, padded
     and of both token types, first), each step recomputed by `bert` (bertconv's model holding
-    the checkpoint's weights); in float32 on the CPU."""
-
+    the checkpoint's weights); in float32 on the CPU. A batch of every position the model
+    raises on is passed over (the others say)."""
     harness.model.to("cpu", torch.float32)
     bert.to("cpu", torch.float32)
     found_anchors = anchors(table, bert.config, {"pooler"})
