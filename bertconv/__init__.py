@@ -12,20 +12,29 @@ _LAZY = {
 }
 
 
-def _classes() -> list[str]:
-    """The model's classes: one per class of BERT's catalog, under its name."""
-    from .catalog import classes
-
-    return list(classes("bert"))
+# The model's classes (heads.CLASSES), named here so that listing them imports no torch.
+CLASSES = (
+    "BertModel",
+    "BertForPreTraining",
+    "BertForMaskedLM",
+    "BertForNextSentencePrediction",
+    "BertForSequenceClassification",
+    "BertForMultipleChoice",
+    "BertForTokenClassification",
+    "BertForQuestionAnswering",
+    "FirstTokenClassification",
+    "PreClassifierClassification",
+    "DiscriminatorModel",
+)
 
 
 def __getattr__(name: str):
     import importlib
 
     if name == "__all__":
-        return sorted([*_LAZY, *_classes()])
+        return sorted([*_LAZY, *CLASSES])
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name[:1].isupper() and name in _classes():  # (submodules, lowercase, are imported)
-        return getattr(importlib.import_module("bertconv.model"), name)
+    if name in CLASSES:
+        return importlib.import_module("bertconv.heads").CLASSES[name]
     raise AttributeError(f"module 'bertconv' has no attribute {name!r}")

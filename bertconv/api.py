@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import catalog, files, formats, record, storage
+from . import files, formats, record, storage
 from .checkpoint import (
     HEADS_KEY,
     LAYOUT_KEY,
@@ -184,7 +184,7 @@ def _held_as_bert(ckpt: Checkpoint, to_layout: str) -> bool:
     DistilBERT) has none of: written as a BERT holds it (family.py)?"""
     kind = ckpt.config.model_type
     own = is_table_file(to_layout) or to_layout not in layout_names(kind)
-    return kind != "bert" and own and "bert" in catalog.architecture(kind)
+    return own and ckpt.architecture.bert is not None
 
 
 def _check_form(form: str, to_layout: str, output: files.Output) -> None:
@@ -272,9 +272,9 @@ def build(conversion: Conversion, config, mmap: bool = False):
     (read into memory, or `mmap`: mapped from their files), in eval mode."""
     import torch
 
-    from . import model as models
+    from .heads import CLASSES
 
-    cls = getattr(models, catalog.implementation(conversion.model_class, config.model_type))
+    cls = CLASSES[conversion.table.architecture.implementation(conversion.model_class)]
     with torch.device("meta"), _skip_init():  # every parameter comes from the file
         model = cls(config, pooler="pooler" in conversion.groups)
     weights = storage.all_to_torch(conversion.state_dict, mmap)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from . import catalog, files
+from . import files
 from .config import BertConfig
 from .errors import CheckpointError
 
@@ -104,7 +104,7 @@ def _lowercase(path: Path) -> bool:
 
 def positions(config: BertConfig) -> int:
     """How many tokens a sequence may have: RoBERTa's reserved rows are no position."""
-    return config.max_position_embeddings - catalog.reserved_positions(config)
+    return config.max_position_embeddings - config.reserved_positions
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ def left_padded(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.gather(1, index) for k, v in batch.items()}
 
 
-def inputs(path: Path, config: BertConfig, model_class: str) -> list[Batch]:
+def inputs(path: Path, config: BertConfig, choices: bool = False) -> list[Batch]:
     """The batches both models read: the checkpoint's own tokenizer on TEXTS (where it ships
     one), random ids, and random ids of the full length (a model right on short sequences alone
     is caught), each followed by its twin of the same shape, padded otherwise (`repadded`); for
@@ -217,7 +217,6 @@ def inputs(path: Path, config: BertConfig, model_class: str) -> list[Batch]:
     if full > RANDOM_LENGTH:  # else the random ids are of the full length already
         tensors = random_batch(config, full, FULL_ROWS, others=RANDOM_LENGTH)
         kinds.append(Batch(f"random ids of all {full} positions", tensors, full=True))
-    choices = catalog.implementation(model_class, config.model_type) == "BertForMultipleChoice"
     batches = []
     for b in kinds:
         twin = Batch(b.kind, repadded(b.tensors, config.pad_token_id), again=True, full=b.full)

@@ -1,24 +1,29 @@
 """What an architecture is, keyed by config.json's `model_type`: one catalog per model type under
-mappings/architectures/ (BERT's is bert.toml). A catalog lists the architecture's tensors with
-their shapes, grouped as the encoder, its relative position embeddings and each head (the pooler
-counts as one); transformers' classes with their groups and outputs; where each compared output
-is read in a model; and the units `bertconv infer` matches a model's tensors to.
+mappings/architectures/ (BERT's is bert.toml; the others extend it, stating what differs). A
+catalog lists the architecture's tensors with their shapes, grouped as the encoder, its relative
+position embeddings and each head (the pooler counts as one); transformers' classes with their
+groups and outputs; where each compared output is read in a model; the units `bertconv infer`
+matches a model's tensors to; how a from-scratch BERT holds it; and config.json as that type's
+config class reads it.
 
-The caller passes the model type (`BertConfig.model_type`: config.json's, BERT's where the file
-names none, as Google's bert_config.json does) and one registry answers, as transformers'
-`get_checkpoint_conversion_mapping(model_type)` does. A model type without a catalog is refused,
-naming the ones there are. No torch here.
+`of(model_type)` gives the one frozen `Architecture`, read once; `read_config(config.json's
+dict)` reads the type where config.json is read (BERT's where the file names none, as Google's
+bert_config.json does) and returns the BertConfig that carries what the model computes. After
+that the architecture is handed on (a Table holds it), never asked for again by type. No torch.
 """
 
 import tomllib
-from functools import cache
+from dataclasses import dataclass, field
+from functools import cache, cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 from . import mappings
-from .config import SIZES, BertConfig
+from .config import CARRIED, NOT_BERT, SIZES, BertConfig
 from .errors import CheckpointError, TableError
 
 ARCHITECTURES = Path(mappings.__file__).parent / "architectures"  # one file per model_type
+BASE = "bert"  # the catalog the others extend
 ENCODER = "encoder"
 RELATIVE = "relative"  # the encoder's relative position embeddings, where config.json has them
 LISTED = 12  # problems named in one error
@@ -26,14 +31,139 @@ MAX_DIM = 1 << 24
 DERIVED = ("attention_head_size", "relative_distances")  # sizes BertConfig computes
 KEYS = {"model_type": str, "config_class": str, ENCODER: dict, RELATIVE: dict,
         "groups": dict, "classes": dict, "anchors": dict, "units": dict}  # fmt: skip
-# Optional: other model types of the same architecture ({model_type: the prefix of its
-# transformers classes}), how positions are numbered where not BERT's way (from 0), the
-# activation of a classification head of dense + activation + out_proj (tanh by default),
-# whether it has token types, BERT's config.json fields as its own name them ([config]), and
-# how a from-scratch BERT holds its weights ([bert], bertconv/family.py).
-OPTIONAL = {"serves": dict, "positions": str, "classification_activation": str,
-            "token_types": bool, "config": dict, "bert": dict}  # fmt: skip
+# Optional: the catalog it extends, and what of it is dropped ("groups.nsp"); other model types
+# of the same architecture ([serves.TYPE]: the prefix of its transformers classes, its config
+# class's own defaults); how positions are numbered where not BERT's way (from 0); the
+# activation of a classification head of dense + activation + out_proj (tanh by default);
+# whether it has token types; config.json as its config class reads it ([config]); how a
+# from-scratch BERT holds its weights ([bert], bertconv/family.py).
+OPTIONAL = {"extends": str, "drop": list, "serves": dict, "positions": str,
+            "classification_activation": str, "token_types": bool, "config": dict,
+            "bert": dict}  # fmt: skip
+# How a catalog that extends another is read: these sections are replaced whole where given;
+# the others merged entry by entry (a unit field by field), the child's over the parent's.
+REPLACED = (ENCODER, RELATIVE, "classes")
+MERGED_TWICE = ("units", "config")
+# [config]'s parts: BERT's field -> the type's field, either name setting it (transformers'
+# attribute_map) / the type's name alone (its config class has no field of BERT's name);
+# values no config.json changes; the type's config class's defaults, where not BERT's.
+CONFIG_PARTS = ("aliases", "fields", "fixed", "defaults")
 AFTER_PAD = "after the pad id"  # RoBERTa's: real tokens counted from pad_token_id + 1
+
+
+class ClassSpec(NamedTuple):
+    """One of transformers' classes of an architecture: the groups its files hold, what it
+    computes beyond the hidden states and the pooler ((verify's row, transformers' output, per
+    token)), bertconv's class computing it, and whether it has a pooler."""
+
+    groups: tuple[str, ...]
+    outputs: tuple[tuple[str, str, bool], ...]
+    bertconv: str
+    pooler: bool
+
+
+@dataclass(frozen=True, eq=False)
+class Architecture:
+    """One model type's architecture, as its catalog says; compared and hashed by identity (one
+    per model type, from `of`)."""
+
+    model_type: str
+    family: str  # the catalog it is read from (roberta for xlm-roberta): its tables' folder
+    config_class: str  # transformers' config class
+    tensors: dict[str, dict[str, tuple]]  # group -> official pattern -> shape (encoder first)
+    classes: dict[str, ClassSpec]  # in the order they are tried when a file is identified
+    anchors: dict[str, tuple[str, ...]]
+    units: dict[str, dict]
+    bert: dict | None  # how a from-scratch BERT holds it; None: it is BERT's already
+    facts: dict = field(default_factory=dict)  # what BertConfig carries for the model
+    config_spec: dict = field(default_factory=dict)  # [config]: CONFIG_PARTS
+
+    @cached_property
+    def group_tensors(self) -> dict[str, frozenset[str]]:
+        """Each group's official tensor patterns (groups may share them: classifier, choice)."""
+        return {g: frozenset(s) for g, s in self.tensors.items() if g not in (ENCODER, RELATIVE)}
+
+    @property
+    def group_names(self) -> list[str]:
+        return list(self.group_tensors)
+
+    @cached_property
+    def base_class(self) -> str:
+        """transformers' class of the encoder alone (BertModel, RobertaModel, ...)."""
+        return next(c for c, spec in self.classes.items() if spec.bertconv == "BertModel")
+
+    def groups_of(self, model_class: str) -> tuple[str, ...]:
+        return self.classes[model_class].groups
+
+    def implementation(self, model_class: str) -> str:
+        """bertconv's class that computes transformers' `model_class`."""
+        return self.classes[model_class].bertconv
+
+    def has_pooler(self, model_class: str) -> bool:
+        return self.classes[model_class].pooler
+
+    def shapes(self, config: BertConfig, groups=()) -> dict[str, tuple[int, ...]]:
+        """The official tensors of the encoder and `groups`, with the shapes config.json implies."""
+        return _shapes(self, config_key(config), tuple(groups))
+
+    def relative_names(self, config: BertConfig) -> frozenset[str]:
+        """The official names of relative position embeddings' tensors, for config's layers,
+        whether or not config.json asks for them."""
+        layers = config.num_hidden_layers
+        return frozenset(n for p in self.tensors[RELATIVE] for n in expand(p, layers))
+
+    def config(self, d: dict, source: str = "config") -> BertConfig:
+        """config.json as this type's config class reads it: its own field names resolved into
+        BERT's (two names for one size disagreeing is refused, naming both), its own defaults,
+        its fixed values; then checked as BertConfig checks every config."""
+        resolved, problems = _resolved(d, self.config_spec, self.facts)
+        return BertConfig.from_dict(resolved, source, problems, **self.facts)
+
+
+def _resolved(d: dict, spec: dict, facts: dict) -> tuple[dict, list[str]]:
+    """`d` in BERT's field names, with the type's defaults where it gives none."""
+    out, problems = dict(d), []
+    for ours, theirs in spec.get("aliases", {}).items():
+        if ours in d and theirs in d and d[ours] != d[theirs]:
+            problems.append(
+                f"{theirs}={d[theirs]!r} and {ours}={d[ours]!r} disagree: both name the "
+                f"{ours} of a {facts['model_type']} model; give one, or both the same"
+            )
+        if theirs in d:
+            out[ours] = d[theirs]
+    for ours, theirs in spec.get("fields", {}).items():
+        out.pop(ours, None)  # BERT's name is no field of this type's: not read, as transformers
+        if theirs in d:
+            out[ours] = d[theirs]
+    for ours, value in spec.get("defaults", {}).items():
+        out.setdefault(ours, value)
+    return out | spec.get("fixed", {}), problems
+
+
+@cache
+def _shapes(arch: Architecture, key: tuple, groups: tuple[str, ...]) -> dict:
+    config = BertConfig(**dict(key))
+    out = {}
+    for group in (ENCODER, *([RELATIVE] if config.relative else []), *groups):
+        for pattern, dims in arch.tensors[group].items():
+            for name in expand(pattern, config.num_hidden_layers):
+                out[name] = tuple(dim(d, config) for d in dims)
+    return out
+
+
+def read_config(d, source: str = "config") -> BertConfig:
+    """config.json's dict as its model type reads it (BERT's where it names none)."""
+    if not isinstance(d, dict):
+        raise CheckpointError(f"{source}: holds a {type(d).__name__}, not a JSON object")
+    kind = d.get("model_type", BASE)
+    if not isinstance(kind, str) or kind not in _registry():
+        known = " or ".join(map(repr, model_types()))
+        why = NOT_BERT.get(kind) if isinstance(kind, str) else None
+        raise CheckpointError(
+            f"{source}: this model is not one bertconv's BERT can compute: "
+            f"model_type={kind!r} is not supported (only {known})" + (f": {why}" if why else "")
+        )
+    return of(kind).config(d, source)
 
 
 def model_types() -> list[str]:
@@ -47,24 +177,25 @@ def _registry() -> dict[str, Path]:
     a model type claimed twice is refused."""
     found: dict[str, Path] = {}
     for path in sorted(ARCHITECTURES.glob("*.toml")):
-        for model_type in (path.stem, *_served(path)):
+        for model_type in (path.stem, *_raw(path).get("serves", {})):
             if model_type in found:
                 raise TableError(f"{path}: model_type {model_type!r} has a catalog already")
             found[model_type] = path
     return found
 
 
-def _served(path: Path) -> dict:
+@cache
+def _raw(path: Path) -> dict:
     from .files import open_regular
 
     with open_regular(path) as f:
-        served = tomllib.loads(f.read().decode("utf-8")).get("serves", {})
-    return served if isinstance(served, dict) else {}
+        raw = tomllib.loads(f.read().decode("utf-8"))
+    return raw if isinstance(raw.get("serves", {}), dict) else raw | {"serves": {}}
 
 
 @cache
-def architecture(model_type: str) -> dict:
-    """The catalog of `model_type`, held to its schema as a table is."""
+def of(model_type: str) -> Architecture:
+    """The architecture of `model_type`, its catalog held to its schema as a table is."""
     if model_type not in _registry():
         known = ", ".join(map(repr, model_types()))
         raise CheckpointError(
@@ -72,66 +203,111 @@ def architecture(model_type: str) -> dict:
             "(mappings/architectures/)"
         )
     path = _registry()[model_type]
-    from .files import open_regular
+    catalog = _extended(path)
+    problems = _problems(catalog, path)
+    if problems:
+        lines = [f"  {key}: {problem}" for key, problem in problems[:LISTED]]
+        raise TableError(f"{path}: not a valid architecture:\n" + "\n".join(lines))
+    if model_type != path.stem:  # another type of the same architecture
+        catalog = _renamed(catalog, model_type)
+    return _architecture(catalog, model_type, path.stem)
 
-    with open_regular(path) as f:
-        catalog = tomllib.loads(f.read().decode("utf-8"))
+
+def _extended(path: Path, seen=()) -> dict:
+    """The catalog in `path`, laid over the one it extends."""
+    child = _raw(path)
+    parent_name = child.get("extends")
+    if parent_name is None:
+        return child
+    parent_path = ARCHITECTURES / f"{parent_name}.toml"
+    if not isinstance(parent_name, str) or parent_name in seen or not parent_path.is_file():
+        raise TableError(f"{path}: extends {parent_name!r}, which is no other catalog here")
+    merged = _merge(_extended(parent_path, (*seen, path.stem)), child)
+    for dotted in child.get("drop", []):
+        section, _, key = str(dotted).partition(".")
+        if not isinstance(merged.get(section), dict) or key not in merged[section]:
+            raise TableError(f"{path}: drop {dotted!r}: {parent_name}.toml has no such entry")
+        merged[section] = {k: v for k, v in merged[section].items() if k != key}
+    return merged
+
+
+def _merge(parent: dict, child: dict) -> dict:
+    out = {k: v for k, v in parent.items() if k not in ("serves", "extends", "drop")}
+    for key, value in child.items():
+        if key in REPLACED or not isinstance(value, dict) or key not in parent:
+            out[key] = value
+        elif key in MERGED_TWICE:
+            out[key] = parent[key] | {k: parent[key].get(k, {}) | v for k, v in value.items()}
+        else:
+            out[key] = parent[key] | value
+    return out
+
+
+def _problems(catalog: dict, path: Path) -> list[tuple[str, str]]:
     problems = [(k, "missing, or not of its type") for k, kind in KEYS.items()
                 if not isinstance(catalog.get(k), kind)]  # fmt: skip
     problems += [(k, "not of its type") for k, kind in OPTIONAL.items()
                  if k in catalog and not isinstance(catalog[k], kind)]  # fmt: skip
-    if not problems and catalog["model_type"] != path.stem:
-        problems = [("model_type", f"{catalog['model_type']!r}, but the file is {path.name}")]
-    if not problems and model_type != path.stem:  # another type of the same architecture
-        catalog = _renamed(catalog, model_type)
-    if not problems:
-        groups = set(catalog["groups"])
-        problems = shape_problems(catalog, "an architecture's")
-        problems += _class_problems(catalog["classes"], groups)
-        problems += [(k, "not a group nor a hidden state") for k in catalog["anchors"]
-                     if k not in groups | {"embeddings", "layer"}]  # fmt: skip
     if problems:
-        lines = [f"  {key}: {problem}" for key, problem in problems[:LISTED]]
-        raise TableError(f"{path}: not a valid architecture:\n" + "\n".join(lines))
-    return catalog
+        return problems
+    if catalog["model_type"] != path.stem:
+        return [("model_type", f"{catalog['model_type']!r}, but the file is {path.name}")]
+    groups = set(catalog["groups"])
+    problems = shape_problems(catalog, "an architecture's")
+    problems += _class_problems(catalog["classes"], groups)
+    problems += [(k, "not a group nor a hidden state") for k in catalog["anchors"]
+                 if k not in groups | {"embeddings", "layer"}]  # fmt: skip
+    problems += [(f"config.{k}", f"one of {', '.join(CONFIG_PARTS)}, each a table")
+                 for k, v in catalog.get("config", {}).items()
+                 if k not in CONFIG_PARTS or not isinstance(v, dict)]  # fmt: skip
+    return problems
 
 
 def _renamed(catalog: dict, model_type: str) -> dict:
-    """The catalog as `model_type`'s: its classes (and config class) under that type's prefix."""
+    """The catalog as `model_type`'s: its classes (and config class) under that type's prefix,
+    and its config class's own defaults."""
     base = catalog["config_class"].removesuffix("Config")
-    prefix = catalog["serves"][model_type]
-    classes = {name.replace(base, prefix, 1): spec for name, spec in catalog["classes"].items()}
-    config_class = prefix + "Config"
-    return catalog | {"model_type": model_type, "config_class": config_class, "classes": classes}
+    served = catalog["serves"][model_type]
+    classes = {n.replace(base, served["prefix"], 1): s for n, s in catalog["classes"].items()}
+    config = catalog.get("config", {})
+    config = config | {"defaults": config.get("defaults", {}) | served.get("defaults", {})}
+    return catalog | {
+        "model_type": model_type,
+        "config_class": served["prefix"] + "Config",
+        "classes": classes,
+        "config": config,
+    }
 
 
-def family(model_type: str) -> str:
-    """The model type whose catalog `model_type` is read with (roberta for xlm-roberta)."""
-    architecture(model_type)  # refused, naming those there are, where there is none
-    return _registry()[model_type].stem
-
-
-def implementation(model_class: str, model_type: str) -> str:
-    """bertconv's class that computes transformers' `model_class` (its own name, for BERT's)."""
-    return architecture(model_type)["classes"][model_class].get("bertconv", model_class)
-
-
-def base_class(model_type: str) -> str:
-    """transformers' class of the encoder alone (BertModel, RobertaModel, ...)."""
-    return next(c for c in classes(model_type) if implementation(c, model_type) == "BertModel")
-
-
-def has_token_types(model_type: str) -> bool:
-    return architecture(model_type).get("token_types", True)
-
-
-def numbers_positions_after_pad(model_type: str) -> bool:
-    return architecture(model_type).get("positions") == AFTER_PAD
-
-
-def reserved_positions(config: BertConfig) -> int:
-    """Rows of the position table no token reads as a position: RoBERTa's, up to the pad id."""
-    return config.pad_token_id + 1 if numbers_positions_after_pad(config.model_type) else 0
+def _architecture(catalog: dict, model_type: str, family: str) -> Architecture:
+    classes = {
+        name: ClassSpec(
+            tuple(spec["groups"]),
+            tuple((row, output, kind == "token") for row, output, kind in spec["outputs"]),
+            spec.get("bertconv", name),
+            "pooler" in spec["groups"] or spec.get("pooler", False),
+        )
+        for name, spec in catalog["classes"].items()
+    }
+    facts = {
+        "model_type": model_type,
+        "token_types": catalog.get("token_types", True),
+        "positions_after_pad": catalog.get("positions") == AFTER_PAD,
+        "classification_activation": catalog.get("classification_activation", "tanh"),
+    }
+    assert set(facts) == set(CARRIED)
+    return Architecture(
+        model_type,
+        family,
+        catalog["config_class"],
+        {g: {p: tuple(d) for p, d in rows.items()} for g, rows in sections(catalog)},
+        classes,
+        {k: tuple(v) for k, v in catalog["anchors"].items()},
+        catalog["units"],
+        catalog.get("bert"),
+        facts,
+        catalog.get("config", {}),
+    )
 
 
 def sections(table: dict) -> list[tuple[str, dict]]:
@@ -142,71 +318,6 @@ def sections(table: dict) -> list[tuple[str, dict]]:
         (RELATIVE, table.get(RELATIVE, {})),
         *table.get("groups", {}).items(),
     ]
-
-
-@cache
-def tensors(model_type: str) -> dict[str, dict[str, list]]:
-    """Official tensor patterns with their shapes, by group (the encoder first)."""
-    return dict(sections(architecture(model_type)))
-
-
-@cache
-def group_tensors(model_type: str) -> dict[str, frozenset[str]]:
-    """Each group's official tensor patterns (groups may share them: classifier, choice)."""
-    return {g: frozenset(s) for g, s in tensors(model_type).items() if g not in (ENCODER, RELATIVE)}
-
-
-def group_names(model_type: str) -> list[str]:
-    """Every group, in the architecture's order."""
-    return list(group_tensors(model_type))
-
-
-def classes(model_type: str) -> dict[str, list[str]]:
-    """transformers' classes, each with the groups its files hold, in the order they are tried
-    when a file is identified."""
-    return {name: spec["groups"] for name, spec in architecture(model_type)["classes"].items()}
-
-
-def outputs(model_class: str, model_type: str) -> list[tuple[str, str, bool]]:
-    """What a class computes beyond the hidden states and the pooler: (verify's row, transformers'
-    output name, per token)."""
-    specs = architecture(model_type)["classes"][model_class]["outputs"]
-    return [(row, output, kind == "token") for row, output, kind in specs]
-
-
-def anchors(model_type: str) -> dict[str, list[str]]:
-    """The official tensors whose last use in a forward gives each compared output."""
-    return architecture(model_type)["anchors"]
-
-
-def has_pooler(class_name: str, model_type: str) -> bool:
-    """Does transformers' class build a pooler (its groups name one, or it says so)?"""
-    spec = architecture(model_type)["classes"][class_name]
-    return "pooler" in spec["groups"] or spec.get("pooler", False)
-
-
-def shapes(config: BertConfig, groups: list[str] | tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-    """The official tensors of the encoder and `groups`, with the shapes config.json implies."""
-    return _shapes(config_key(config), tuple(groups))
-
-
-@cache
-def _shapes(key: tuple, groups: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-    config = BertConfig(**dict(key))
-    found = tensors(config.model_type)
-    out = {}
-    for group in (ENCODER, *([RELATIVE] if config.relative else []), *groups):
-        for pattern, dims in found[group].items():
-            for name in expand(pattern, config.num_hidden_layers):
-                out[name] = tuple(dim(d, config) for d in dims)
-    return out
-
-
-def relative_names(config: BertConfig) -> frozenset[str]:
-    """The official names of relative position embeddings' tensors, for config's layers, whether
-    or not config.json asks for them."""
-    patterns = tensors(config.model_type)[RELATIVE]
-    return frozenset(n for p in patterns for n in expand(p, config.num_hidden_layers))
 
 
 def expand(pattern: str, num_layers: int) -> list[str]:
@@ -273,5 +384,5 @@ def _is_output(output, groups: list[str]) -> bool:
 
 def forget() -> None:
     """Forget every catalog read (a test that adds one needs this)."""
-    for cached in (_registry, architecture, tensors, group_tensors, _shapes):
+    for cached in (_registry, _raw, of, _shapes):
         cached.cache_clear()

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from . import files, formats, storage
+from . import catalog, files, formats, storage
+from .catalog import Architecture
 from .config import BertConfig
 from .errors import CheckpointError, NotFoundError
 from .mapping import Identified, identify
@@ -47,6 +48,11 @@ class Checkpoint:
     files: list[Path]  # every file read: config.json and the weights
     identified: Identified  # how its layout was found, and which of its names it places
     seen: dict[Path, tuple] = field(default_factory=dict)  # the weights files as first found
+
+    @property
+    def architecture(self) -> Architecture:
+        """What its config.json's model type is (BERT's for a file without one)."""
+        return catalog.of(self.config.model_type)
 
 
 def weight_files(directory: Path) -> tuple[Path | None, list[Path]]:
@@ -152,7 +158,7 @@ def read_checkpoint(
     if not files.is_present(config_path):
         return _unconfigured(directory, config_path, index, weights)
     config_dict = files.read_json_object(files.confined(config_path))  # it is written out again
-    config = BertConfig.from_dict(config_dict, source=str(config_path))
+    config = catalog.read_config(config_dict, source=str(config_path))  # its type, read once
     state_dict, metadata = read_tensors(weights, index)
     recorded = metadata.get(LAYOUT_KEY)
     found = identify(

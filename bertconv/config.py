@@ -1,5 +1,6 @@
-"""BertConfig: the model's hyper-parameters, read from transformers' config.json. Torch-free, so
-that commands which only rename tensors never import torch."""
+"""BertConfig: the model's hyper-parameters and what its architecture computes, in BERT's
+config.json fields (catalog.read_config reads a config.json of any type into them). Torch-free,
+so that commands which only rename tensors never import torch."""
 
 import math
 from dataclasses import dataclass, fields
@@ -36,6 +37,9 @@ NOT_BERT = {
     "funnel": "it pools the sequence between its blocks",
 }
 
+# What BertConfig carries from the architecture's catalog, never from config.json.
+CARRIED = ("model_type", "token_types", "positions_after_pad", "classification_activation")
+
 # The size fields, each at least 1 and at most a bound far above any BERT's, so that a hostile
 # config.json cannot have bertconv build a billion layers' worth of names.
 SIZES = {
@@ -70,9 +74,14 @@ class BertConfig:
     num_labels: int = 2  # transformers' default; config.json gives it as id2label
     classifier_dropout: float | None = None  # the task heads' dropout; hidden_dropout_prob if None
     position_embedding_type: str = "absolute"  # or relative_key(_query): see model.SelfAttention
-    # the architecture's catalog, mappings/architectures/MODEL_TYPE.toml (Google's
-    # bert_config.json names none: BERT)
+    # What the architecture computes, from its catalog (mappings/architectures/MODEL_TYPE.toml),
+    # never from the file: its type (Google's bert_config.json names none: BERT), whether it
+    # has token types, whether positions count from pad_token_id + 1 over the real tokens
+    # (RoBERTa's) or from 0, the activation of a dense + activation + out_proj classifier.
     model_type: str = "bert"
+    token_types: bool = True
+    positions_after_pad: bool = False
+    classification_activation: str = "tanh"
 
     @property
     def relative(self) -> bool:
@@ -83,38 +92,43 @@ class BertConfig:
         return self.hidden_size // self.num_attention_heads
 
     @property
+    def reserved_positions(self) -> int:
+        """Rows of the position table no token reads: RoBERTa's, up to the pad id."""
+        return self.pad_token_id + 1 if self.positions_after_pad else 0
+
+    @property
     def relative_distances(self) -> int:
         """How far apart two tokens can be, either way: -(max - 1) .. max - 1."""
         return 2 * self.max_position_embeddings - 1
 
     @classmethod
-    def from_dict(cls, d: dict, source: str = "config") -> "BertConfig":
-        """Keep the fields the model uses, each checked by type and range; refuse any that ask
-        for what the model does not implement."""
+    def from_dict(cls, d: dict, source: str = "config", problems=(), **facts) -> "BertConfig":
+        """A config.json in BERT's field names (catalog.read_config puts any type's there), the
+        architecture's `facts` (CARRIED) beside it: keep the fields the model uses, each checked
+        by type and range; refuse any that ask for what the model does not implement, and
+        `problems` found already."""
         if not isinstance(d, dict):
             raise CheckpointError(f"{source}: holds a {type(d).__name__}, not a JSON object")
-        d = _as_bert(d)
-        problems = [
+        kind = facts.get("model_type", "bert")
+        if d.get("model_type", kind) != kind:
+            raise CheckpointError(
+                f"{source}: model_type={d['model_type']!r}: read it as its type says, with "
+                "bertconv.catalog.read_config"
+            )
+        problems = list(problems) + [
             f"{key}={d[key]!r} is not supported (only {want!r})"
             for key, want in ONLY_VALUE.items()
             if key in d and d[key] != want
         ]
-        from .catalog import model_types  # mappings/architectures/MODEL_TYPE.toml
-
-        if "model_type" in d and d["model_type"] not in model_types():
-            known = " or ".join(map(repr, model_types()))
-            why = NOT_BERT.get(d["model_type"]) if isinstance(d["model_type"], str) else None
-            problems.append(
-                f"model_type={d['model_type']!r} is not supported (only {known})"
-                + (f": {why}" if why else "")
-            )
         size = d.get("embedding_size", d.get("hidden_size"))
         if size != d.get("hidden_size"):  # ELECTRA's small models and generators
             problems.append(
                 f"embedding_size={size!r} differs from hidden_size={d.get('hidden_size')!r}: "
                 "the embeddings are projected up (embeddings_project), which BERT does not do"
             )
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - set(CARRIED)
+        if facts.get("positions_after_pad") and d.get("pad_token_id", 0) is None:
+            problems.append("pad_token_id=None: positions are counted from pad_token_id + 1")
         # pad_token_id and classifier_dropout may be null: their defaults then serve.
         given = {k: v for k, v in d.items() if k in known and (v is not None or k in SIZES)}
         labels = d.get("id2label")
@@ -125,13 +139,13 @@ class BertConfig:
                 problems.append(f"id2label={labels!r} is not an object of labels")
         problems += [p for k, v in given.items() if (p := _field_problem(k, v))]
         if not problems:
-            config = cls(**given)
+            config = cls(**given, **facts)
             problems += config._consistency_problems()
         if problems:
             raise CheckpointError(
                 f"{source}: this model is not one bertconv's BERT can compute: "
                 + "; ".join(problems)
-                + ". bertconv implements the original BERT encoder only."
+                + "."
             )
         return config
 
@@ -146,25 +160,13 @@ class BertConfig:
             problems.append(
                 f"pad_token_id={self.pad_token_id} is not below vocab_size={self.vocab_size}"
             )
+        if self.reserved_positions >= self.max_position_embeddings:
+            problems.append(
+                f"pad_token_id={self.pad_token_id} leaves none of "
+                f"max_position_embeddings={self.max_position_embeddings} positions: the first "
+                f"token reads position pad_token_id + 1 ({self.pad_token_id + 1})"
+            )
         return problems
-
-
-def _as_bert(d: dict) -> dict:
-    """config.json in BERT's fields: a model type whose catalog names them otherwise ([config]:
-    DistilBERT's `dim`, `n_layers`, ...) has them read off its own, or fixed."""
-    from .catalog import architecture, model_types
-
-    kind = d.get("model_type")
-    if not isinstance(kind, str) or kind not in model_types():
-        return d
-    fields = architecture(kind).get("config", {})
-    read = {
-        ours: d[theirs]
-        for ours, theirs in fields.items()
-        if isinstance(theirs, str) and theirs in d
-    }
-    fixed = {ours: value for ours, value in fields.items() if not isinstance(value, str)}
-    return d | read | fixed
 
 
 def _is_int(value) -> bool:

@@ -15,8 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from . import catalog, storage
-from .catalog import ENCODER, relative_names, shapes
+from . import storage
 from .config import BertConfig
 from .errors import CheckpointError, UsageError
 from .mapping import Table, class_for, class_of, identify, layout
@@ -119,6 +118,7 @@ class Reading:
     named: dict[str, str]  # official name -> the name the file gives it
     skipped: list[str]  # names the table ignores: buffers, a step count
     slots: int  # tensors that are an optimizer's slots of a weight (adam_m, adam_v)
+    table: Table  # the layout it was read through, which holds the architecture
 
 
 @dataclass
@@ -129,6 +129,7 @@ class Conversion:
     dropped: dict[str, str]  # the groups of the source left out, each with why
     skipped: list[str]  # the source's names its table ignores: buffers, a step count
     slots: int  # the source's tensors that are an optimizer's slots (adam_m, adam_v)
+    table: Table  # the layout written, which holds the architecture
 
 
 def read_official(
@@ -154,29 +155,29 @@ def read_official(
             _check_generated(name, tensor, src, problems)
         elif place in ("row", "alias"):
             row = src.row_of(name)
-            for official_name, part in zip(
-                row.official, official_parts(row, tensor, config), strict=True
-            ):
+            for official_name, part in zip(row.official, official_parts(row, tensor), strict=True):
                 if official_name in official and not storage.equal(official[official_name], part):
                     problems.values.append(f"{name} differs from the other copy of {official_name}")
                 official[official_name] = part
                 named[official_name] = name
         else:
             problems.unexpected.append(name)
-    _check_positions(official, config, named, problems)
+    _check_positions(official, config, src, named, problems)
     model_class, groups = _identify(official, config, src, _hints(hint), problems)
     _check_tied(tied, official, src, problems)
     _check_shapes(official, config, groups, named, src, problems)
     _check_dtypes(official, named, problems)
     problems.raise_if_any()
-    return Reading(official, model_class, groups, named, skipped, slots)
+    return Reading(official, model_class, groups, named, skipped, slots, src)
 
 
-def _check_positions(official: dict, config: BertConfig, named: dict, problems: Problems) -> None:
+def _check_positions(
+    official: dict, config: BertConfig, src: Table, named: dict, problems: Problems
+) -> None:
     """Distance tables come with relative position embeddings, and only with them: under an
     absolute config.json they would be left unread, and without them a relative model cannot
     run. (Missing ones are named with the encoder's other tensors.)"""
-    distances = relative_names(config)
+    distances = src.architecture.relative_names(config)
     kind = f"config.json's position_embedding_type is {config.position_embedding_type!r}"
     if config.relative and not official.keys() & distances:
         problems.notes.append(
@@ -211,7 +212,7 @@ def _identify(
                 f"(the heads {', '.join(found.held)} together make no BERT class transformers "
                 "writes)"
             )
-        return catalog.base_class(config.model_type), frozenset()
+        return src.architecture.base_class, frozenset()
     return found.model_class, found.groups
 
 
@@ -226,7 +227,7 @@ def select_groups(
         kept = wanted & dst.groups
     else:
         every = selection.kind == "every"
-        kept = have if every else frozenset(_asked(selection.groups, have, source, dst.model_type))
+        kept = have if every else frozenset(_asked(selection.groups, have, source, dst))
         lacking = sorted(kept - dst.groups)
         if lacking:
             raise CheckpointError(
@@ -243,10 +244,8 @@ def select_groups(
     return kept, dropped
 
 
-def _asked(
-    asked: frozenset[str], have: frozenset[str], source: str, model_type: str
-) -> frozenset[str]:
-    known = catalog.group_names(model_type)
+def _asked(asked: frozenset[str], have: frozenset[str], source: str, dst: Table) -> frozenset[str]:
+    known = dst.architecture.group_names
     unknown = sorted(asked - set(known))
     if unknown:
         raise UsageError(f"no group {unknown}; the groups are {', '.join(known)}")
@@ -263,7 +262,7 @@ def write_layout(
     """The official tensors of the encoder and `groups`, under layout `dst`'s names. The
     prefixed groups (transformers' encoder and pooler) are written under the prefix when a head
     is there too, as transformers' task classes write them."""
-    wanted = set(shapes(config, sorted(groups))) & set(official)
+    wanted = set(dst.official_shapes(config, sorted(groups))) & set(official)
     packed: dict[str, storage.Tensor] = {}
     out = {}
     for written, name in dst.written(wanted, groups).items():
@@ -314,13 +313,13 @@ def convert_reading(
     """A checkpoint already read into the official names, written in layout `dst`."""
     kept, dropped = select_groups(reading.groups, dst, selection, source)
     try:
-        model_class = class_for(kept, config.model_type)
+        model_class = class_for(kept, dst.architecture)
     except ValueError:
         raise CheckpointError(
             f"{source}: the groups {sorted(kept)} make no BERT class; keep the pooler too"
         ) from None
     written = write_layout(reading.official, config, dst, kept)
-    return Conversion(written, model_class, kept, dropped, reading.skipped, reading.slots)
+    return Conversion(written, model_class, kept, dropped, reading.skipped, reading.slots, dst)
 
 
 def check_convertible(from_layout: str | None, to_layout: str, source: str) -> None:
@@ -338,10 +337,9 @@ def check_convertible(from_layout: str | None, to_layout: str, source: str) -> N
         )
 
 
-def official_parts(row, tensor: storage.Tensor, config: BertConfig) -> list[storage.Tensor]:
+def official_parts(row, tensor: storage.Tensor) -> list[storage.Tensor]:
     """The official tensors a row's tensor holds."""
-    official = shapes(config, [] if row.group == ENCODER else [row.group])
-    return REGISTRY[row.transform].to_official(tensor, [official[o] for o in row.official])
+    return REGISTRY[row.transform].to_official(tensor, list(row.shapes))
 
 
 def _pack(row, tensors: list[storage.Tensor]) -> storage.Tensor:
@@ -376,8 +374,8 @@ def _check_shapes(
     problems: Problems,
 ) -> None:
     """Every encoder tensor there, each tensor the shape config.json implies for its group."""
-    encoder = shapes(config, [])
-    for name, shape in shapes(config, sorted(groups)).items():
+    encoder = src.official_shapes(config)
+    for name, shape in src.official_shapes(config, sorted(groups)).items():
         if name not in official:
             if name in encoder:
                 problems.missing.append(_layout_name(name, src))

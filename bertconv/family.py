@@ -17,47 +17,50 @@ from dataclasses import replace
 
 from . import catalog, storage
 from .checkpoint import Checkpoint
-from .config import BertConfig
+from .config import CARRIED, BertConfig
 from .convert import Reading
-from .mapping import class_for
+from .mapping import class_for, layout
+from .tables import OFFICIAL
 
 TYPES = 2  # token types a BERT reads
 
 
-def bert_config_dict(config_dict: dict) -> dict:
-    """config.json as a BERT's: BERT's field names, positions from 0 (RoBERTa's reserved rows
-    left out), two token types, the type's own eps; the same in infer and verify --model."""
-    config = BertConfig.from_dict(config_dict)
-    if "bert" not in catalog.architecture(config.model_type):  # BERT (or a variant) already
+def bert_config_dict(config_dict: dict, config: BertConfig | None = None) -> dict:
+    """config.json (read as `config`, where read already) as a BERT's: BERT's field names,
+    positions from 0 (RoBERTa's reserved rows left out), two token types, the type's own eps;
+    the same in infer and verify --model."""
+    config = config or catalog.read_config(config_dict, "--config")
+    if catalog.of(config.model_type).bert is None:  # BERT (or a variant) already
         return config_dict
     bert = replace(
         config,
-        model_type="bert",
-        max_position_embeddings=config.max_position_embeddings - catalog.reserved_positions(config),
+        max_position_embeddings=config.max_position_embeddings - config.reserved_positions,
         type_vocab_size=max(TYPES, config.type_vocab_size),
     )
-    return config_dict | vars(bert)
+    fields = {k: v for k, v in vars(bert).items() if k not in CARRIED}
+    return config_dict | fields | {"model_type": "bert"}
 
 
 def as_bert(ckpt: Checkpoint, reading: Reading) -> tuple[Checkpoint, Reading]:
     """`ckpt` and its reading as BERT's (the same objects for a BERT checkpoint)."""
-    spec = catalog.architecture(ckpt.config.model_type).get("bert")
+    spec = ckpt.architecture.bert
     if spec is None:
         return ckpt, reading
-    config_dict = bert_config_dict(ckpt.config_dict)
+    config_dict = bert_config_dict(ckpt.config_dict, ckpt.config)
     config = BertConfig.from_dict(config_dict, str(ckpt.path))
     groups = frozenset(g for group in reading.groups for g in spec["groups"].get(group, []))
+    table = layout(OFFICIAL, config)  # BERT's
     official = {}
-    for name, shape in catalog.shapes(config, sorted(groups)).items():
+    for name, shape in table.official_shapes(config, sorted(groups)).items():
         official[name] = _made(name, shape, spec["tensors"], reading.official, ckpt.config)
-    model_class = class_for(groups, "bert")
-    held = Reading(official, model_class, groups, {n: n for n in official}, [], 0)
+    model_class = class_for(groups, table.architecture)
+    held = Reading(official, model_class, groups, {n: n for n in official}, [], 0, table)
     return replace(ckpt, config=config, config_dict=config_dict), held
 
 
 def left_out(ckpt: Checkpoint, reading: Reading) -> list[str]:
     """The checkpoint's heads that have no place in BERT (ELECTRA's discriminator)."""
-    spec = catalog.architecture(ckpt.config.model_type).get("bert")
+    spec = ckpt.architecture.bert
     return sorted(g for g in reading.groups if spec and not spec["groups"].get(g))
 
 
@@ -72,7 +75,7 @@ def _made(name: str, shape, rules: dict, theirs: dict, config: BertConfig) -> st
     if "two_rows" in rule:
         one = theirs[rule["two_rows"]]
         return storage.join_rows([one] * (shape[0] // one.shape[0]))
-    source, reserved = theirs[rule["rows_after_pad"]], catalog.reserved_positions(config)
+    source, reserved = theirs[rule["rows_after_pad"]], config.reserved_positions
     return storage.split_rows(source, [reserved, source.shape[0] - reserved])[1]
 
 

@@ -1,8 +1,9 @@
 """The task heads, and the classes that put one on the encoder (model.BertModel), under
 transformers' names: pre-training (masked LM and next sentence), either alone, sequence and token
 classification, multiple choice, question answering. Each head sits beside the encoder, so the
-encoder's parameter names are the same with any of them; which classes have a pooler, the catalog
-says (mappings/architectures/bert.toml).
+encoder's parameter names are the same with any of them. Whether a class has a pooler is an
+argument, defaulting to what transformers' BERT class of that name builds; `CLASSES` names them
+all.
 """
 
 from dataclasses import dataclass
@@ -11,7 +12,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .catalog import architecture
 from .config import BertConfig
 from .model import BertModel, BertOutput, LayerNorm, Padding, activation
 
@@ -65,7 +65,7 @@ class BertForPreTrainingOutput(BertOutput):
 class BertForPreTraining(BertModel):
     """BERT with its two pre-training heads."""
 
-    def __init__(self, config: BertConfig, pooler: bool | None = None):
+    def __init__(self, config: BertConfig, pooler: bool = True):
         super().__init__(config, pooler)
         self.cls = PreTrainingHeads(config)
 
@@ -88,7 +88,7 @@ class LogitsOutput(BertOutput):
 class BertForMaskedLM(BertModel):
     """The masked-LM head alone, as domain-adapted BERTs are saved."""
 
-    def __init__(self, config: BertConfig, pooler: bool | None = None):
+    def __init__(self, config: BertConfig, pooler: bool = False):
         super().__init__(config, pooler)
         self.cls = PreTrainingHeads(config, nsp=False)
 
@@ -101,7 +101,7 @@ class BertForMaskedLM(BertModel):
 
 
 class BertForNextSentencePrediction(BertModel):
-    def __init__(self, config: BertConfig, pooler: bool | None = None):
+    def __init__(self, config: BertConfig, pooler: bool = True):
         super().__init__(config, pooler)
         self.cls = PreTrainingHeads(config, mlm=False)
 
@@ -118,7 +118,7 @@ def classifier_dropout(config: BertConfig) -> nn.Dropout:
 class BertForSequenceClassification(BertModel):
     """A label per sequence (num_labels 1: a regression), from the pooled output."""
 
-    def __init__(self, config: BertConfig, pooler: bool | None = None):
+    def __init__(self, config: BertConfig, pooler: bool = True):
         super().__init__(config, pooler)
         self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
@@ -130,12 +130,12 @@ class BertForSequenceClassification(BertModel):
 
 class ClassificationHead(nn.Module):
     """RoBERTa's and ELECTRA's: the pooler's arithmetic, act(dense(h_<s>)) (tanh, or the
-    catalog's `classification_activation`), inside the head, then out_proj."""
+    config's `classification_activation`), inside the head, then out_proj."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        name = architecture(config.model_type).get("classification_activation", "tanh")
+        name = config.classification_activation
         self.activation = torch.tanh if name == "tanh" else activation(name)
         self.dropout = classifier_dropout(config)
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
@@ -149,7 +149,7 @@ class FirstTokenClassification(BertModel):
     """A label per sequence, from the first token's hidden state through a head of its own
     (RobertaForSequenceClassification's): no pooler."""
 
-    def __init__(self, config: BertConfig, pooler: bool | None = None):
+    def __init__(self, config: BertConfig, pooler: bool = False):
         super().__init__(config, pooler)
         self.classifier = ClassificationHead(config)
 
@@ -160,9 +160,9 @@ class FirstTokenClassification(BertModel):
 
 class PreClassifierClassification(BertModel):
     """DistilBERT's label per sequence: relu(pre_classifier(h_[CLS])) then classifier, the
-    catalog's `classification_activation` in between."""
+    config's `classification_activation` in between."""
 
-    def __init__(self, config: BertConfig, pooler: bool | None = None):
+    def __init__(self, config: BertConfig, pooler: bool = False):
         super().__init__(config, pooler)
         head = ClassificationHead(config)
         self.pre_classifier, self.activation, self.dropout = (
@@ -181,7 +181,7 @@ class PreClassifierClassification(BertModel):
 class DiscriminatorModel(BertModel):
     """ELECTRA's discriminator (ElectraForPreTraining): a score per token, is it replaced?"""
 
-    def __init__(self, config: BertConfig, pooler: bool | None = None):
+    def __init__(self, config: BertConfig, pooler: bool = False):
         super().__init__(config, pooler)
         self.discriminator_predictions = DiscriminatorHead(config)
 
@@ -206,7 +206,7 @@ class BertForMultipleChoice(BertModel):
     """A score per choice: each (question, choice) pair is encoded on its own, and its pooled
     output scored; inputs are (B, choices, T)."""
 
-    def __init__(self, config: BertConfig, pooler: bool | None = None):
+    def __init__(self, config: BertConfig, pooler: bool = True):
         super().__init__(config, pooler)
         self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, 1)
@@ -226,7 +226,7 @@ class BertForMultipleChoice(BertModel):
 class BertForTokenClassification(BertModel):
     """A label per token (named entities, say)."""
 
-    def __init__(self, config: BertConfig, pooler: bool | None = None):
+    def __init__(self, config: BertConfig, pooler: bool = False):
         super().__init__(config, pooler)
         self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
@@ -246,7 +246,7 @@ class QuestionAnsweringOutput(BertOutput):
 class BertForQuestionAnswering(BertModel):
     """Extractive question answering: a start and an end score for every token."""
 
-    def __init__(self, config: BertConfig, pooler: bool | None = None):
+    def __init__(self, config: BertConfig, pooler: bool = False):
         super().__init__(config, pooler)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
 
@@ -254,3 +254,22 @@ class BertForQuestionAnswering(BertModel):
         out, padding = self.encode(input_ids, attention_mask, token_type_ids)
         start, end = per_token(self.qa_outputs, out, padding).unbind(-1)
         return QuestionAnsweringOutput(**vars(out), start_logits=start, end_logits=end)
+
+
+# bertconv's classes by name: the catalogs name these as what computes each of transformers'.
+CLASSES = {
+    cls.__name__: cls
+    for cls in (
+        BertModel,
+        BertForPreTraining,
+        BertForMaskedLM,
+        BertForNextSentencePrediction,
+        BertForSequenceClassification,
+        BertForMultipleChoice,
+        BertForTokenClassification,
+        BertForQuestionAnswering,
+        FirstTokenClassification,
+        PreClassifierClassification,
+        DiscriminatorModel,
+    )
+}

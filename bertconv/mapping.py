@@ -11,7 +11,7 @@ from functools import cache, cached_property
 from typing import NamedTuple
 
 from . import catalog, tables
-from .catalog import ENCODER, RELATIVE, config_key, sections
+from .catalog import ENCODER, RELATIVE, Architecture, config_key, sections
 from .config import BertConfig
 from .errors import CheckpointError, NotBertError, TableError, UsageError
 from .tables import (
@@ -35,6 +35,7 @@ class Row(NamedTuple):
     official: tuple[str, ...]
     transform: str = "rename"  # a name in transforms.REGISTRY
     group: str = ENCODER
+    shapes: tuple[tuple[int, ...], ...] = ()  # each official tensor's, as config.json implies
 
 
 class Holder(NamedTuple):
@@ -68,8 +69,8 @@ class Table:
     prefix: str  # put on the `prefixed` groups' names when a file holds any other group
     prefixed: frozenset[str]
     requires: frozenset[str]  # groups the layout's model cannot do without
+    architecture: Architecture  # whose official tensors its rows name
     format: str = "safetensors"  # the files its checkpoints are
-    model_type: str = "bert"  # the catalog whose official tensors its rows name
     write_tied: bool = True  # transformers' classes tie them themselves on loading
     slots: tuple[str, ...] = ()  # a row's name + one of these: an optimizer's slot, skipped
     own: frozenset[str] = frozenset()  # a model's own tensors, from no checkpoint
@@ -137,6 +138,14 @@ class Table:
         return self.rows[self.aliases.get(name, name)]
 
     @property
+    def model_type(self) -> str:
+        return self.architecture.model_type
+
+    def official_shapes(self, config: BertConfig, groups=()) -> dict[str, tuple[int, ...]]:
+        """The official tensors of the encoder and `groups`, with config's shapes."""
+        return self.architecture.shapes(config, groups)
+
+    @property
     def relative(self) -> bool:
         """Has this layout a place for relative position embeddings?"""
         return any(row.group == RELATIVE for row in self.rows.values())
@@ -145,7 +154,7 @@ class Table:
     def groups(self) -> frozenset[str]:
         """The official groups this layout has a place for: those whose every tensor has a row."""
         mapped = {o for row in self.rows.values() for o in row.official}
-        found = catalog.group_tensors(self.model_type).items()
+        found = self.architecture.group_tensors.items()
         return frozenset(g for g, names in found if names <= mapped)
 
 
@@ -232,7 +241,7 @@ def _identify_model(
     for name in tables:
         table = layout(name, config)
         held = _held(table, config, names)
-        written = set(table.written(set(catalog.shapes(config, sorted(held))), held))
+        written = set(table.written(set(table.official_shapes(config, sorted(held))), held))
         written |= set(table.generated) | table.own
         if written - buffers == names:
             return Identified(canonical(name), "given" if given else "by its names",
@@ -256,10 +265,10 @@ def _identify_model(
 def _held(table: Table, config: BertConfig, names: set[str]) -> frozenset[str]:
     """The groups of `table` whose every name the model has: the heads, then the prefixed
     groups (transformers' encoder and pooler), named as they are beside those heads."""
-    encoder = set(catalog.shapes(config, []))
+    encoder = set(table.official_shapes(config))
 
     def holds(group: str, beside=frozenset()) -> bool:
-        found = table.written(set(catalog.shapes(config, [group])) - encoder, beside)
+        found = table.written(set(table.official_shapes(config, [group])) - encoder, beside)
         return bool(found) and found.keys() <= names
 
     heads = {g for g in table.groups - table.prefixed if holds(g)}
@@ -270,7 +279,7 @@ def other_labels(table: Table, config: BertConfig, groups, shapes: dict, spec: s
     """Refuse a model whose head of labels (a classifier's, a tagger's), among the checkpoint's
     `groups`, has another label count than the checkpoint's: read off its bias, `shapes` being
     the model's. A count fixed in its code (`nn.Linear(hidden, 2)`) holds that many only."""
-    dims = catalog.architecture(config.model_type)["groups"]
+    dims = table.architecture.tensors
     for group in sorted(groups):
         for official in (n for n, d in dims.get(group, {}).items() if d == ["num_labels"]):
             for name in (n for n in table.names_for(official) if n in shapes):
@@ -307,15 +316,16 @@ def class_of(shapes: dict[str, tuple[int, ...]], config: BertConfig, hints=()) -
     groups' tensors are all there, with nothing else but a pooler's (older task checkpoints
     carried one they did not read), the first whose shapes fit, config.json's `architectures`
     (`hints`) first; where none fits, the first (its shapes are then named)."""
-    kind, encoder = config.model_type, set(catalog.shapes(config, []))
-    names = {g: set(catalog.shapes(config, [g])) - encoder for g in catalog.group_names(kind)}
+    arch = catalog.of(config.model_type)
+    encoder = set(arch.shapes(config))
+    names = {g: set(arch.shapes(config, [g])) - encoder for g in arch.group_names}
     present = set(shapes)
     partial = tuple(sorted(n for g in names.values() if g & present for n in g - present))
     held = tuple(sorted(g for g, group in names.items() if group <= present))
-    candidates = [] if partial else _candidates(present - encoder, kind)
+    candidates = [] if partial else _candidates(present - encoder, arch)
 
     def fits(name: str) -> bool:
-        wanted = catalog.shapes(config, catalog.classes(kind)[name])
+        wanted = arch.shapes(config, arch.groups_of(name))
         return all(shapes[n] == s for n, s in wanted.items() if n in shapes)
 
     fitting = [c for c in candidates if fits(c)]
@@ -323,26 +333,26 @@ def class_of(shapes: dict[str, tuple[int, ...]], config: BertConfig, hints=()) -
     if chosen is None:
         return ClassFound(None, frozenset(), partial, held)
     pooler = {"pooler"} if names["pooler"] <= present else set()
-    return ClassFound(chosen, frozenset(catalog.classes(kind)[chosen]) | pooler, partial, held)
+    return ClassFound(chosen, frozenset(arch.groups_of(chosen)) | pooler, partial, held)
 
 
-def class_for(groups: set[str] | frozenset[str], model_type: str = "bert") -> str:
+def class_for(groups: set[str] | frozenset[str], arch: Architecture) -> str:
     """The class a set of groups makes: the one rule on their tensors, the class's groups those
     (a pooler aside)."""
-    heads = set().union(*(catalog.group_tensors(model_type)[g] for g in groups))
-    for name in _candidates(heads, model_type):
-        if set(catalog.classes(model_type)[name]) - {"pooler"} == set(groups) - {"pooler"}:
+    heads = set().union(*(arch.group_tensors[g] for g in groups))
+    for name in _candidates(heads, arch):
+        if set(arch.groups_of(name)) - {"pooler"} == set(groups) - {"pooler"}:
             return name
     raise ValueError(f"no class holds the groups {sorted(groups)}")
 
 
-def _candidates(heads: set[str], model_type: str) -> list[str]:
+def _candidates(heads: set[str], arch: Architecture) -> list[str]:
     """The one rule: the classes, in the catalog's order, whose groups' every tensor is among
     `heads` (official tensors outside the encoder), with nothing else but a pooler's."""
-    found = catalog.group_tensors(model_type)
+    found = arch.group_tensors
     out = []
-    for name, wanted in catalog.classes(model_type).items():
-        needed = set().union(*(found[g] for g in wanted))
+    for name, spec in arch.classes.items():
+        needed = set().union(*(found[g] for g in spec.groups))
         if needed <= heads and heads - needed <= found["pooler"]:
             out.append(name)
     return out
@@ -377,6 +387,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
     its file, for messages)."""
     where = where or name
     n = config.num_hidden_layers
+    arch = catalog.of(config.model_type)
     rows = {}
     for group, section in sections(raw):
         for pattern, spec in section.items():
@@ -385,7 +396,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
                     raise TableError(
                         f"{where}: row {pattern!r} names {expanded!r}, as another does"
                     )
-                rows[expanded] = _row(expanded, spec, i, group)
+                rows[expanded] = _row(expanded, spec, i, group, arch, config)
     aliases = _expand_pairs(raw.get("aliases", {}), n)
     tied = _expand_pairs(raw.get("tied", {}), n)
     ignored = {e for pattern in raw.get("ignored", []) for e in catalog.expand(pattern, n)}
@@ -403,7 +414,6 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         "format": raw.get("format", "safetensors"),
         "slots": tuple(raw.get("slots", [])),
         "write_tied": raw.get("write_tied", True),
-        "model_type": config.model_type,
         "own": frozenset(own),
     }
     return Table(
@@ -417,6 +427,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         prefix,
         prefixed,
         requires,
+        arch,
         **extra,
     )
 
@@ -444,11 +455,13 @@ def _generated(raw: dict, config: BertConfig, table: str, rows: set) -> dict[str
     return out
 
 
-def _row(name: str, spec, index: int, group: str) -> Row:
+def _row(name: str, spec, index: int, group: str, arch: Architecture, config) -> Row:
     if isinstance(spec, list):  # a shape: a layout recognised only holds no official tensor
         return Row(name, (), "rename", group)
     targets, transform, _ = row_targets(spec)
-    return Row(name, tuple(t.replace("{layer}", str(index)) for t in targets), transform, group)
+    shapes = tuple(tuple(catalog.dim(d, config) for d in arch.tensors[group][t]) for t in targets)
+    official = tuple(t.replace("{layer}", str(index)) for t in targets)
+    return Row(name, official, transform, group, shapes)
 
 
 def _expand_pairs(pairs: dict[str, str], num_layers: int) -> dict[str, str]:

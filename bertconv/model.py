@@ -1,6 +1,7 @@
 """BERT from scratch: the encoder of Devlin et al. (2018), computing what transformers' BertModel
 computes, in one file read top to bottom; the task classes that put a head on it (pre-training,
-masked LM, ..., question answering) are in heads.py, and found here too by name.
+masked LM, ..., question answering) are in heads.py, which names them all (`heads.CLASSES`).
+It reads nothing but its config: which architecture it computes, the config says.
 
 Parameter names follow seed 000 ("Code Review for BERT"): attention projections are `Wq/Wk/Wv`,
 LayerNorms hold `gamma/beta`; everything else keeps the names of the original release
@@ -17,13 +18,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .catalog import (
-    classes,
-    has_pooler,
-    has_token_types,
-    implementation,
-    numbers_positions_after_pad,
-)
 from .config import ACTIVATIONS, BertConfig
 
 
@@ -54,16 +48,14 @@ class Embeddings(nn.Module):
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = (  # DistilBERT has none
-            nn.Embedding(config.type_vocab_size, config.hidden_size)
-            if has_token_types(config.model_type)
-            else None
+            nn.Embedding(config.type_vocab_size, config.hidden_size) if config.token_types else None
         )
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.relative = config.relative
         # RoBERTa's positions: the real tokens counted from pad_token_id + 1, the padding's the
         # pad id (its ids, not the mask, say which is which, as in transformers).
-        self.pad = config.pad_token_id if numbers_positions_after_pad(config.model_type) else None
+        self.pad = config.pad_token_id if config.positions_after_pad else None
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         # Summed in transformers' order, so that float rounding matches it too.
@@ -269,14 +261,9 @@ class BertOutput:
 class BertModel(nn.Module):
     """The BERT encoder: embeddings, a stack of layers, and (usually) the pooler."""
 
-    def __init__(self, config: BertConfig, pooler: bool | None = None):
-        """pooler: whether to build one; by default, as transformers' class of this name does."""
+    def __init__(self, config: BertConfig, pooler: bool = True):
+        """pooler: whether to build one (transformers' BertModel does; ElectraModel does not)."""
         super().__init__()
-        if pooler is None:  # as the catalog says of this class (or the catalog's class it extends)
-            kind = config.model_type
-            known = {implementation(c, kind): c for c in classes(kind)}
-            ours = next(known[c.__name__] for c in type(self).__mro__ if c.__name__ in known)
-            pooler = has_pooler(ours, kind)
         self.config = config
         self.embeddings = Embeddings(config)
         self.encoder = Encoder(config)
@@ -309,14 +296,3 @@ class BertModel(nn.Module):
         output_hidden_states: bool = True,
     ) -> BertOutput:
         return self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)[0]
-
-
-def __getattr__(name: str):
-    """The task classes under this module too (`bertconv.model.BertForPreTraining`), as api and
-    bertconv's package look a class up here by its name; imported on first use, as heads.py
-    imports this module."""
-    if name.startswith("BertFor") or name.endswith(("Classification", "DiscriminatorModel")):
-        from . import heads
-
-        return getattr(heads, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

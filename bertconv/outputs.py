@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .catalog import classes, outputs
+from .catalog import Architecture
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,13 @@ class Head:
     per_token: bool
 
 
-def heads(model_class: str, model_type: str = "bert") -> list[Head]:
-    """What a class computes beyond the hidden states and the pooler, from the catalog; each row
-    is named after the group that computes it ("qa start logits": qa's)."""
-    groups = classes(model_type)[model_class]
+def heads(model_class: str, arch: Architecture) -> list[Head]:
+    """What a class computes beyond the hidden states and the pooler, as its architecture says;
+    each row is named after the group that computes it ("qa start logits": qa's)."""
+    spec = arch.classes[model_class]
     return [
-        Head(Output(next(g for g in groups if row.startswith(f"{g} ")), name=row), name, token)
-        for row, name, token in outputs(model_class, model_type)
+        Head(Output(next(g for g in spec.groups if row.startswith(f"{g} ")), name=row), name, token)
+        for row, name, token in spec.outputs
     ]
 
 

@@ -5,7 +5,7 @@ builds transformers' models; verify and your own BERT's adapter ask it.
 
 import torch
 
-from . import catalog, storage
+from . import storage
 from .checkpoint import Checkpoint
 from .config import BertConfig
 from .convert import Reading, Selection, convert_reading
@@ -46,22 +46,20 @@ def reference_model(ckpt: Checkpoint, reading: Reading, from_file: bool = True):
     transformers maps itself (legacy gamma/beta, the `bert.` prefix): independently of
     bertconv's tables. A file in another layout, or a reading not all of the file's
     (`from_file` false: seeded heads beside it), is first put into official names."""
-    transformers, kind, name = imported(), ckpt.config.model_type, reading.model_class
+    transformers, arch, name = imported(), reading.table.architecture, reading.model_class
     pooler = "pooler" in reading.groups
     # A pooler that transformers' class has no place for (an older task checkpoint's) stays out.
-    groups = reading.groups - ({"pooler"} if not catalog.has_pooler(name, kind) else set())
+    groups = reading.groups - ({"pooler"} if not arch.has_pooler(name) else set())
     if ckpt.layout == OFFICIAL and from_file:
         tensors = _only(ckpt, groups)
     else:
         official_table, chosen = layout(OFFICIAL, ckpt.config), Selection("exactly", groups)
         tensors = convert_reading(reading, ckpt.config, official_table, chosen, "").state_dict
     state_dict = storage.all_to_torch(tensors)
-    builds_pooler = catalog.implementation(name, kind) == "BertModel" and catalog.has_pooler(
-        name, kind
-    )
+    builds_pooler = arch.implementation(name) == "BertModel" and arch.has_pooler(name)
     extra = {"add_pooling_layer": pooler} if builds_pooler else {}
     try:
-        config_class = getattr(transformers, catalog.architecture(kind)["config_class"])
+        config_class = getattr(transformers, arch.config_class)
         config = config_class.from_dict(ckpt.config_dict)
         model, info = getattr(transformers, name).from_pretrained(
             None,
@@ -86,7 +84,7 @@ def _only(ckpt: Checkpoint, groups: frozenset[str]) -> dict:
     """The file's tensors, under its own names, of the encoder and `groups` (and its buffers).
     Tied copies stay out: transformers ties them itself."""
     table = layout(OFFICIAL, ckpt.config)
-    wanted = set(catalog.shapes(ckpt.config, sorted(groups)))  # the encoder's too
+    wanted = set(table.official_shapes(ckpt.config, sorted(groups)))  # the encoder's too
     return {
         name: t
         for name, t in ckpt.state_dict.items()

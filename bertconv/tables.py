@@ -76,7 +76,7 @@ def _shipped(model_type: str) -> Path:
     where there is one, else mappings/ (BERT's, and those of a variant under BERT's names)."""
     if model_type == "bert":
         return TABLES
-    own = TABLES / catalog.family(model_type)
+    own = TABLES / catalog.of(model_type).family
     return own if own.is_dir() else TABLES
 
 
@@ -259,7 +259,7 @@ def _refused_problems(table: dict, model_type: str) -> list[tuple[str, str]]:
     problems = [
         (f"groups.{group}", f"no such group; one of {', '.join(known)}")
         for group in table.get("groups", {})
-        if group not in (known := catalog.group_names(model_type))
+        if group not in (known := catalog.of(model_type).group_names)
     ]
     if not table[REFUSED].strip():
         problems.append((REFUSED, "says nothing: why the layout's weights cannot carry over"))
@@ -285,7 +285,7 @@ def _row_problems(table: dict, model_type: str) -> list[tuple[str, str]]:
     """Each row maps one of the layout's names onto official names of its own section: known
     ones, with `{layer}` on both sides or neither, through a known transform, each official
     name claimed once; every encoder tensor claimed, and each group whole or not at all."""
-    official = catalog.tensors(model_type)
+    official = catalog.of(model_type).tensors
     problems, claimed = [], {}
     for group, rows in sections(table):
         if group not in official:

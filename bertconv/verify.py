@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from . import catalog, files, storage
+from . import files, storage
 from .api import Source, build, official, resolve
 from .batches import RANDOM, Batch, inputs, left_padded, pattern
 from .checkpoint import Checkpoint, read_checkpoint
@@ -127,10 +127,12 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     implements(imported(), ckpt.config)
     nonfinite = storage.nonfinite(ckpt.state_dict)
     reading = official(ckpt)  # handed on to every model below, and to the diagnosis
-    batches = inputs(src.path, ckpt.config, reading.model_class)
+    arch = reading.table.architecture
+    choices = arch.implementation(reading.model_class) == "BertForMultipleChoice"
+    batches = inputs(src.path, ckpt.config, choices)
     runs = {id(b): _run_in(b, DTYPES[dtype]) for b in batches}
     # RoBERTa's positions follow the padding: a from-scratch BERT's, left-padded, do not
-    after_pad = catalog.numbers_positions_after_pad(ckpt.config.model_type)
+    after_pad = ckpt.config.positions_after_pad
     random = next(b for b in batches if b.kind == RANDOM)
     left = Batch(RANDOM, left_padded(random.tensors)) if after_pad and model is not None else None
     # float32 for every batch: a batch run in float64 is run in float32 too (_in_float32_too)
@@ -139,14 +141,12 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     if model is None:
         bertconv = layout("bertconv", ckpt.config)
         conversion = convert_reading(reading, ckpt.config, bertconv, FITTING, str(ckpt.path))
-        ours = Ours(
-            build(conversion, ckpt.config), heads(conversion.model_class, ckpt.config.model_type)
-        )
+        ours = Ours(build(conversion, ckpt.config), heads(conversion.model_class, arch))
         name = conversion.model_class
     else:
         # a from-scratch BERT holds a RoBERTa (ELECTRA, DistilBERT) as BERT: family.py
         ours, name = Yours(*as_bert(ckpt, reading), model, model_layout), model
-        kind = ckpt.config.model_type
+        kind = arch.model_type
         placeless = left_out(ckpt, reading)
         ours.notes += [f"{g}: {kind}'s head has no place in BERT (not compared)" for g in placeless]
         patches = [f"the model's module replaces {'.'.join(k)}" for k in APPLIED]
@@ -272,8 +272,8 @@ def _reference(ckpt, reading: Reading, wanted: list, device) -> dict[tuple, dict
     a model may read it (Harness.prepare: its token types or zeros; its mask, or the pad id at
     the padding)."""
     unpatch()  # a model's module imported before, in this process
-    pad, vocab, kind = ckpt.config.pad_token_id, ckpt.config.vocab_size, ckpt.config.model_type
-    theirs = Ours(reference_model(ckpt, reading), heads(reading.model_class, kind))
+    pad, vocab, arch = ckpt.config.pad_token_id, ckpt.config.vocab_size, reading.table.architecture
+    theirs = Ours(reference_model(ckpt, reading), heads(reading.model_class, arch))
     given = [("input_ids", t, m) for t in ("", "token_type_ids") for m in ("", "attention_mask")]
     forms = [Harness(None, "", Plan({n: n for n in g if n}), pad, vocab) for g in given]
     runs = {}

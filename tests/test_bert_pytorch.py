@@ -17,7 +17,7 @@ import bertconv
 import seed_models
 from bertconv import storage
 from bertconv.api import Source, convert_checkpoint, fetch
-from bertconv.catalog import shapes
+from bertconv.catalog import of
 from bertconv.config import BertConfig
 from bertconv.convert import convert
 from bertconv.errors import CheckpointError, NotFoundError, TableError, UsageError
@@ -162,7 +162,7 @@ def test_converting_into_it_is_refused_before_anything_is_read(checkpoints, cli,
         convert_checkpoint(Source(str(src), src), out, "bert-pytorch")
     assert not out.exists()
     config = BertConfig(**TINY)
-    official = {n: storage.from_torch(torch.zeros(s)) for n, s in shapes(config, []).items()}
+    official = {n: storage.from_torch(torch.zeros(s)) for n, s in of("bert").shapes(config).items()}
     with pytest.raises(UsageError, match=never):
         convert(official, config, "transformers", "bert-pytorch")
 

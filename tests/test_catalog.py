@@ -60,7 +60,7 @@ def test_a_catalog_names_its_own_model_type(architectures):
     text = (architectures / "bert.toml").read_text()
     (architectures / "other.toml").write_text(text)  # says model_type = "bert"
     with pytest.raises(TableError, match="other.toml: not a valid architecture"):
-        catalog.architecture("other")
+        catalog.of("other")
 
 
 def test_google_bert_config_without_model_type_is_bert():

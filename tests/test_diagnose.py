@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertconv.catalog import classes
+from bertconv.catalog import of
 from bertconv.verify import FLOAT32_MAX_ABS, verify
 
 DEVIATIONS = Path(__file__).parent / "zoo" / "deviations.py"
@@ -110,14 +110,14 @@ STEPS = {"embeddings": 3, "layer": 11, "pooler": 2}
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
-    "model_class", [c for c in classes("bert") if c != "BertForMultipleChoice"]
+    "model_class", [c for c in of("bert").classes if c != "BertForMultipleChoice"]
 )
 def test_bertconvs_own_model_of_every_kind_agrees_at_every_step(kind, model_class):
     """One BERT: bertconv's model, traced as a user's is (verify's Ours.diagnose) and read
     through its table, taken apart row by row by the diagnosis (which recomputes each step with
     that same model's code): every step of every row agrees, relative positions included.
     (Multiple choice is never taken apart: its inputs are (B, choices, T).)"""
-    import bertconv.model
+    import bertconv.heads
     from bertconv.batches import random_batch
     from bertconv.config import BertConfig
     from bertconv.mapping import layout
@@ -128,7 +128,7 @@ def test_bertconvs_own_model_of_every_kind_agrees_at_every_step(kind, model_clas
 
     config = BertConfig(**SMALL, position_embedding_type=kind)
     torch.manual_seed(0)
-    model = getattr(bertconv.model, model_class)(config).eval()
+    model = bertconv.heads.CLASSES[model_class](config).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.5 * torch.randn_like(p))

@@ -5,10 +5,10 @@ random tensors: groups, classes, what is left out and why."""
 import pytest
 import torch
 
-import bertconv.model
+import bertconv.heads
 import seed_models
 from bertconv import storage
-from bertconv.catalog import classes, group_names, shapes
+from bertconv.catalog import of
 from bertconv.config import BertConfig
 from bertconv.convert import convert, official_parts, read_official, write_layout
 from bertconv.errors import CheckpointError, TableError, UsageError
@@ -17,18 +17,19 @@ from bertconv.tables import TABLES, layout_names, read_table, refusal
 from conftest import TINY
 
 CONFIG = BertConfig(**TINY)
-CLASSES = list(classes("bert"))
+BERT = of("bert")
+CLASSES = list(BERT.classes)
 
 
 def random_official(groups=("pooler", "mlm", "nsp")) -> dict[str, storage.Tensor]:
     g = torch.Generator().manual_seed(0)
-    official = shapes(CONFIG, list(groups))
+    official = BERT.shapes(CONFIG, list(groups))
     return {name: storage.from_torch(torch.randn(s, generator=g)) for name, s in official.items()}
 
 
 def class_groups(name: str, pooler: bool | None = None) -> list[str]:
     """A class's groups, with its pooler (or, where asked, with one it does not need)."""
-    wanted = list(classes("bert")[name])
+    wanted = list(BERT.groups_of(name))
     return wanted + ["pooler"] if pooler and "pooler" not in wanted else wanted
 
 
@@ -48,7 +49,7 @@ def transformers_names(name: str, pooler: bool = True) -> dict[str, tuple]:
 
 
 def bertconv_names(name: str, pooler: bool) -> dict[str, tuple]:
-    model = getattr(bertconv.model, name)(CONFIG, pooler=pooler)
+    model = bertconv.heads.CLASSES[name](CONFIG, pooler=pooler)
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
@@ -69,11 +70,11 @@ def test_the_shipped_layouts():
         "transformers-tf",
     ]
     assert layout("minbert", CONFIG).groups == {"pooler"}
-    assert layout("bertconv", CONFIG).groups == set(group_names("bert"))
+    assert layout("bertconv", CONFIG).groups == set(BERT.group_names)
 
 
 # transformers' classes as transformers builds them; BertModel with its pooler or without.
-AS_TRANSFORMERS_BUILDS = [(n, "pooler" in classes("bert")[n]) for n in CLASSES] + [
+AS_TRANSFORMERS_BUILDS = [(n, "pooler" in BERT.groups_of(n)) for n in CLASSES] + [
     ("BertModel", True)
 ]
 
@@ -86,7 +87,7 @@ def test_the_official_table_writes_what_each_transformers_class_writes(name, poo
 
 # Every class with its pooler, and without it where the class does not read the pooled output.
 WITH_AND_WITHOUT_POOLER = [(n, True) for n in CLASSES] + [
-    (n, False) for n in CLASSES if "pooler" not in classes("bert")[n]
+    (n, False) for n in CLASSES if "pooler" not in BERT.groups_of(n)
 ]
 
 
@@ -138,7 +139,7 @@ def test_each_class_is_identified_by_its_tensors(name):
 def test_a_classifier_without_a_hint_is_read_from_the_pooler_and_its_rows():
     """classifier.* after a pooler: a label per sequence; a single row where config.json has
     more labels: a score per choice; no pooler: a label per token."""
-    one_row = shapes(CONFIG, ["choice"])
+    one_row = BERT.shapes(CONFIG, ["choice"])
     sequence = random_official(["pooler", "classifier"])
     choice = random_official(["pooler"]) | {
         n: storage.from_torch(torch.zeros(s)) for n, s in one_row.items() if n.startswith("class")
@@ -266,17 +267,24 @@ def test_unknown_layout_names_the_known_ones():
 
 
 def test_class_for_groups():
-    assert class_for({"pooler"}) == class_for(set()) == "BertModel"
-    assert class_for({"pooler", "mlm"}) == "BertForMaskedLM"  # an older masked LM's pooler
+    assert class_for({"pooler"}, BERT) == class_for(set(), BERT) == "BertModel"
+    assert class_for({"pooler", "mlm"}, BERT) == "BertForMaskedLM"  # an older masked LM's pooler
     with pytest.raises(ValueError):
-        class_for({"classifier"})  # a label per sequence reads the pooler
+        class_for({"classifier"}, BERT)  # a label per sequence reads the pooler
 
 
 def test_transpose_and_concat_transforms_invert_each_other():
     q, k, v = (f"encoder.layer.0.attention.self.{p}.weight" for p in ("query", "key", "value"))
+    shape = BERT.shapes(CONFIG, ["pooler"])
     rows = {
-        "qkv": Row("qkv", (q, k, v), "concat"),
-        "pooler_t": Row("pooler_t", ("pooler.dense.weight",), "transpose", "pooler"),
+        "qkv": Row("qkv", (q, k, v), "concat", "encoder", tuple(shape[n] for n in (q, k, v))),
+        "pooler_t": Row(
+            "pooler_t",
+            ("pooler.dense.weight",),
+            "transpose",
+            "pooler",
+            (shape["pooler.dense.weight"],),
+        ),
     }
     empty = frozenset()
     fused = Table(
@@ -290,7 +298,7 @@ def test_transpose_and_concat_transforms_invert_each_other():
         "",
         empty,
         empty,
-        {},
+        BERT,
     )
     official = random_official()
     out = write_layout(official, CONFIG, fused, frozenset({"pooler"}))
@@ -301,7 +309,7 @@ def test_transpose_and_concat_transforms_invert_each_other():
     assert storage.read_bytes(out["pooler_t"]) == storage.from_torch(pooler.T).data
     back = {}
     for name, row in fused.rows.items():
-        back.update(zip(row.official, official_parts(row, out[name], CONFIG), strict=True))
+        back.update(zip(row.official, official_parts(row, out[name]), strict=True))
     assert all(storage.equal(back[n], official[n]) for n in back) and len(back) == 4
 
 

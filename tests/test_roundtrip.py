@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bertconv import storage
-from bertconv.catalog import classes, shapes
+from bertconv.catalog import of
 from bertconv.config import BertConfig
 from bertconv.convert import convert
 from bertconv.mapping import layout
@@ -27,7 +27,7 @@ def random_tensors(config: BertConfig, groups, seed: int = 0, dtype=torch.float3
     g = torch.Generator().manual_seed(seed)
     return {
         name: storage.from_torch(torch.randn(shape, generator=g).to(dtype))
-        for name, shape in shapes(config, list(groups)).items()
+        for name, shape in of(config.model_type).shapes(config, list(groups)).items()
     }
 
 
@@ -42,7 +42,7 @@ def holds(name: str, groups: list[str]) -> bool:
 
 PAIRS = [
     (cls, a, b)
-    for cls, groups in classes("bert").items()
+    for cls, groups in ((c, list(s.groups)) for c, s in of("bert").classes.items())
     for a, b in itertools.product(layout_names(), repeat=2)
     if holds(a, groups + ["pooler"]) and holds(b, groups + ["pooler"])
 ]
@@ -50,11 +50,8 @@ PAIRS = [
 
 @pytest.mark.parametrize("cls, a, b", PAIRS)
 def test_official_through_every_pair_of_shipped_tables_is_bit_identical(cls, a, b):
-    groups = (
-        [*classes("bert")[cls], "pooler"]
-        if "pooler" not in classes("bert")[cls]
-        else classes("bert")[cls]
-    )
+    groups = [*of("bert").groups_of(cls)]
+    groups += ["pooler"] if "pooler" not in groups else []
     official = random_tensors(CONFIG, groups)
     there = convert(official, CONFIG, OFFICIAL, a).state_dict
     between = convert(there, CONFIG, a, b).state_dict
@@ -132,7 +129,8 @@ def _toml(rows) -> str:
 def _catalog() -> dict[str, dict]:
     from bertconv import catalog
 
-    return {g: catalog.tensors("bert")[g] for g in ("encoder", "pooler")}
+    tensors = catalog.of("bert").tensors
+    return {g: {p: list(d) for p, d in tensors[g].items()} for g in ("encoder", "pooler")}
 
 
 @settings(

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 import bertconv
 from bertconv.api import Source, convert_checkpoint, inspect
-from bertconv.catalog import classes, outputs
+from bertconv.catalog import of
 from bertconv.errors import CheckpointError
 from bertconv.mapping import layout
 from bertconv.tables import layout_names, refusal
@@ -26,11 +26,11 @@ def class_of(task: str) -> str:
 def has_pooler(task: str) -> bool:
     if class_of(task) == "BertModel":
         return TASKS[task][2].get("add_pooling_layer", True)
-    return "pooler" in classes("bert")[class_of(task)]
+    return "pooler" in of("bert").groups_of(class_of(task))
 
 
 def head_rows(model_class: str) -> list[str]:
-    return [row for row, _, _ in outputs(model_class, "bert")]
+    return [row for row, _, _ in of("bert").classes[model_class].outputs]
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -86,7 +86,7 @@ def test_converted_into_each_layout_it_loads_verifies_and_keeps_its_labels(
     expected = class_of(task) if to != "minbert" else "BertModel"
     assert result.model_class == expected
     if to == "minbert":
-        assert set(result.dropped) == set(classes("bert")[class_of(task)]) - {"pooler"}
+        assert set(result.dropped) == set(of("bert").groups_of(class_of(task))) - {"pooler"}
     report = verify(str(tmp_path), "cpu")
     assert report.passed and report.model_class == expected
     assert set(head_rows(expected)) <= {row.name for row in report.rows}
@@ -120,7 +120,7 @@ def test_inspect_names_the_class_groups_and_nothing_unplaced(task, tasks):
     found = inspect(tasks[task, "legacy"])
     assert found.layout == "transformers" and found.layout_found == "by its names"
     assert found.model_class == class_of(task) and not found.unplaced and not found.problems
-    groups = set(classes("bert")[class_of(task)]) | ({"pooler"} if has_pooler(task) else set())
+    groups = set(of("bert").groups_of(class_of(task))) | ({"pooler"} if has_pooler(task) else set())
     assert set(found.groups) == groups
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import torch
 
-from .. import catalog, storage
+from .. import storage
 from ..api import build
 from ..batches import RANDOM_LENGTH, SEED, positions, random_batch
 from ..checkpoint import Checkpoint
@@ -60,7 +60,7 @@ class Yours(Runner):
         ]
         self.lenient = bool(groups - compared_groups - {"pooler"})
         self.anchors = anchors(table, ckpt.config, set(self.conversion.groups))
-        self.heads = heads(self.conversion.model_class, ckpt.config.model_type)
+        self.heads = heads(self.conversion.model_class, self.conversion.table.architecture)
         self.model = model
 
     def reference_seeded(self, computed: dict, batches: list, device) -> None:
@@ -222,15 +222,15 @@ def _seeded(reading: Reading, ckpt: Checkpoint, table: Table, kept: set, lacking
     them; the reading it was made of, and the groups seeded. Seeded, the same weights go to the
     model and to transformers' head, so that its arithmetic is compared all the same."""
     config, g = ckpt.config, torch.Generator().manual_seed(SEED)
-    encoder, official = catalog.shapes(config, []), dict(reading.official)
-    for name, shape in catalog.shapes(config, sorted(lacking)).items():
+    encoder, official = table.official_shapes(config), dict(reading.official)
+    for name, shape in table.official_shapes(config, sorted(lacking)).items():
         if name not in encoder and name not in official:
             official[name] = _seed(shape, g)
     seeded = set(lacking)
     while seeded:
         groups = frozenset(kept | seeded)
         try:
-            model_class = class_for(groups, config.model_type)
+            model_class = class_for(groups, table.architecture)
         except ValueError:  # the seeded heads and the checkpoint's make no class: none seeded
             break
         held = replace(reading, official=official, groups=groups, model_class=model_class)
@@ -257,8 +257,8 @@ def _seed(shape: tuple[int, ...], g: torch.Generator) -> storage.Tensor:
 def _misplaced(table: Table, config: BertConfig, left: tuple, shapes: dict, spec: str) -> None:
     """Refuse to leave a head of the checkpoint's (in `left[0]`) out where the table places one
     of the model's of its shapes as another (`left[1]`: a 2-class classifier as NSP) or its own."""
-    encoder = catalog.shapes(config, [])
-    of = {g: Counter(s for n, s in catalog.shapes(config, [g]).items() if n not in encoder)
+    encoder = table.official_shapes(config)
+    of = {g: Counter(s for n, s in table.official_shapes(config, [g]).items() if n not in encoder)
           for g in (*left[0], *left[1])}  # fmt: skip
     own = Counter(shapes[n] for n in table.own if n in shapes)
     for group in sorted(left[0]):
@@ -291,5 +291,6 @@ def _not_compared(table, config: BertConfig, absent, kept) -> list[str]:
 
 def _head_names(table: Table, config: BertConfig, groups) -> set[str]:
     """The names a table writes for the heads `groups` (the encoder's tensors left out)."""
-    encoder = set(catalog.shapes(config, []))
-    return set(table.written(set(catalog.shapes(config, sorted(groups))) - encoder, frozenset()))
+    encoder = set(table.official_shapes(config))
+    official = set(table.official_shapes(config, sorted(groups))) - encoder
+    return set(table.written(official, frozenset()))

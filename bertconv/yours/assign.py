@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
 
-from ..catalog import ENCODER, architecture, classes
+from ..catalog import ENCODER, Architecture
 from ..config import BertConfig
 from .units import UNUSED, Unit, split_role, words
 
@@ -34,12 +34,9 @@ class Roles:
 
 
 @cache
-def roles(model_type: str = "bert") -> Roles:
-    catalog = architecture(model_type)
-    shapes = {n: d for s in (catalog[ENCODER], *catalog["groups"].values()) for n, d in s.items()}
-    units = {
-        r: (u["prefix"], u["group"], frozenset(u["hints"])) for r, u in catalog["units"].items()
-    }
+def roles(arch: Architecture) -> Roles:
+    shapes = {n: d for g, s in arch.tensors.items() for n, d in s.items()}
+    units = {r: (u["prefix"], u["group"], frozenset(u["hints"])) for r, u in arch.units.items()}
     layer = tuple(r for r, (prefix, _, _) in units.items() if "{layer}" in prefix)
     embeddings = {
         r: shapes[f"{prefix}.weight"][0]
@@ -75,11 +72,12 @@ class Model:
     patterns: dict[str, str]  # every tensor's name -> its name with {layer}
     tied: dict[str, str]  # a second name of a parameter -> its first
     config: BertConfig
+    architecture: Architecture
     declared: frozenset[str] = frozenset()  # the groups of config.json's `architectures`
 
     @property
     def roles(self) -> Roles:
-        return roles(self.config.model_type)
+        return roles(self.architecture)
 
     def tables(self) -> dict[tuple[str, int], list[Unit]]:
         """Each embedding's (role, number of rows), with the units outside the layers that can
@@ -253,7 +251,8 @@ def head_role(unit: Unit, model: Model, beside: set[str]) -> str | None:
     a 2-label classifier, QA or a 2-tag tagger), the one config.json's `architectures` names,
     else the one its name says, else per token QA; per sequence never the one its width
     suggests (None where nothing says)."""
-    n, held = width(unit, model.config.hidden_size), classes(model.config.model_type).values()
+    n = width(unit, model.config.hidden_size)
+    held = [c.groups for c in model.architecture.classes.values()]
     kinds = PER_TOKEN if unit.per_token else SEQUENCE
     fitting = [r for r, w in kinds.items() if n is not None and w in (None, n)]
     group = {r: model.roles.units[r][1] for r in fitting}

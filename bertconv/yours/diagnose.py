@@ -132,7 +132,7 @@ def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=No
 def _exchanged_rows(found: Diagnosis, table: Table, config) -> Diagnosis:
     """K Q^T is also a table mapping the model's key to BERT's query and its query to BERT's
     key: the model's names say which (`k` given the query's weights, `q` the key's)."""
-    p = prefixes(config)
+    p = prefixes(table)
     query, key = (sorted(table.names_for(f"{p[r]}.weight")) for r in ("query", "key"))
     if len(query) != 1 or len(key) != 1 or query == key:
         return found  # a fused projection: its names cannot say

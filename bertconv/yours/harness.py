@@ -20,7 +20,6 @@ from unittest.mock import patch
 import torch
 from torch import nn
 
-from ..catalog import numbers_positions_after_pad
 from ..config import BertConfig
 from ..errors import CheckpointError, UsageError, UserCodeError
 from .fence import guarded, import_factory, users_code
@@ -366,7 +365,7 @@ def load(spec: str, config_dict: dict, config: BertConfig, batch: dict) -> Harne
     # (a fused bias and GELU) runs as Python, in the trace's sight, not as TorchScript out of it.
     with patch.object(torch.jit._state._enabled, "enabled", False):
         model = construct(import_factory(spec), spec, config_object(config_dict, config))
-    after_pad = numbers_positions_after_pad(config.model_type)
+    after_pad = config.positions_after_pad
     harness = Harness(
         model, spec, plan(model, spec), config.pad_token_id, config.vocab_size, after_pad
     )

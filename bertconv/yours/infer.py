@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .. import storage
-from ..catalog import ENCODER, architecture, shapes
+from .. import catalog, storage
+from ..catalog import ENCODER
 from ..config import BertConfig
 from ..errors import NotBertError, UsageError
 from ..family import bert_config_dict
@@ -82,9 +82,10 @@ class Probe:
         from ..batches import random_batch
 
         self.harness, self.config = harness, config
-        self.model_class = class_for(set(groups), config.model_type)
-        self.heads = heads(self.model_class, config.model_type)
-        official = shapes(config, sorted(groups))  # leaves named by their data, for _torch
+        arch = catalog.of(config.model_type)
+        self.model_class = class_for(set(groups), arch)
+        self.heads = heads(self.model_class, arch)
+        official = arch.shapes(config, sorted(groups))  # leaves named by their data, for _torch
         self.names = {n: storage.InMemory("F32", tuple(s), n) for n, s in official.items()}
         own, places = harness.model.state_dict(), {}
         for name, t in self._laid_out(expand(raw, raw["name"], config), raw).items():
@@ -193,7 +194,7 @@ def _holding(model_class: str, config: BertConfig, groups, weights: dict) -> tor
     """bertconv's model of `model_class` holding `weights` themselves (api.build copies them)."""
     from torch.overrides import TorchFunctionMode
 
-    from .. import model as models
+    from ..heads import CLASSES
 
     class Unset(TorchFunctionMode):  # nn.init's calls undone: on meta, they import torch's compiler
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -202,7 +203,7 @@ def _holding(model_class: str, config: BertConfig, groups, weights: dict) -> tor
             return [*args, *kwargs.values()][0] if unset else func(*args, **kwargs)
 
     with torch.device("meta"), Unset():
-        model = getattr(models, model_class)(config, pooler="pooler" in groups)
+        model = CLASSES[model_class](config, pooler="pooler" in groups)
     model.load_state_dict(weights, strict=True, assign=True)
     return model.eval()
 
@@ -303,10 +304,10 @@ def _model(trace: Trace, tensors: dict, config: BertConfig, classes) -> assign.M
     first = min((i for i in index.values() if i is not None), default=-1)
     layer = [u for u in units if index[u.weight] == first]
     outside = [u for u in units if index[u.weight] is None]
-    known = architecture(config.model_type)["classes"]
+    arch = catalog.of(config.model_type)
     names = [c for c in classes if isinstance(c, str)] if isinstance(classes, list) else []
-    declared = frozenset(g for c in names if c in known for g in known[c]["groups"])
-    return assign.Model(layer, outside, patterns, tied, config, declared)
+    declared = frozenset(g for c in names if c in arch.classes for g in arch.groups_of(c))
+    return assign.Model(layer, outside, patterns, tied, config, arch, declared)
 
 
 @dataclass

@@ -4,7 +4,6 @@ as the model makes it, each head's outputs as the rows verify compares."""
 
 import torch
 
-from ..catalog import anchors as catalog_anchors
 from ..config import BertConfig
 from ..errors import UsageError
 from ..mapping import Table
@@ -17,7 +16,7 @@ def anchors(table: Table, config: BertConfig, groups: set[str]) -> dict[Output, 
     """{output: the user's tensors whose last use returns it}, through `table`: the embeddings,
     each layer, the pooler and each head of `groups` the table maps (a head by its group)."""
     out = {}
-    for key, officials in catalog_anchors(config.model_type).items():
+    for key, officials in table.architecture.anchors.items():
         if key not in ("embeddings", "layer") and key not in groups:
             continue
         count = config.num_hidden_layers if key == "layer" else 1

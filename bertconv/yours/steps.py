@@ -89,9 +89,9 @@ def replacing(given: dict[nn.Module, object], compute: Callable[[], torch.Tensor
         return compute()
 
 
-def prefixes(config: BertConfig, index: int = 0) -> dict[str, str]:
-    """Each of BERT's units (the catalog's) -> its official prefix, in layer `index`."""
-    units = roles(config.model_type).units
+def prefixes(table: Table, index: int = 0) -> dict[str, str]:
+    """Each unit of the table's architecture -> its official prefix, in layer `index`."""
+    units = roles(table.architecture).units
     return {role: prefix.replace("{layer}", str(index)) for role, (prefix, _, _) in units.items()}
 
 
@@ -185,7 +185,7 @@ def projection_deviations(x, linear: nn.Linear, square: bool) -> dict:
 
 
 def embedding_steps(view: Values, model: BertModel, config: BertConfig) -> Iterator[Step]:
-    emb, p = model.embeddings, prefixes(config)
+    emb, p = model.embeddings, prefixes(view.table)
     ids, types = view.trace.inputs["input_ids"], view.trace.inputs["token_type_ids"]
     T = ids.shape[1]
     word, typ = emb.word_embeddings(ids), emb.token_type_embeddings(types)
@@ -240,9 +240,9 @@ def embedding_steps(view: Values, model: BertModel, config: BertConfig) -> Itera
 
 def layer_steps(view: Values, model: BertModel, config: BertConfig, index: int) -> Iterator[Step]:
     """A layer's steps, each from the model's own values before it."""
-    block, p = model.encoder.layer[index], prefixes(config, index)
+    block, p = model.encoder.layer[index], prefixes(view.table, index)
     sa, first, second = block.attention.self, block.attention.output, block.output
-    before = prefixes(config, index - 1)["output norm"] if index else p["embeddings norm"]
+    before = prefixes(view.table, index - 1)["output norm"] if index else p["embeddings norm"]
     x = view.hidden(before)
     if x is None:
         return
@@ -385,7 +385,7 @@ def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig)
 
 
 def pooler_steps(view: Values, model: BertModel, config: BertConfig) -> Iterator[Step]:
-    last = view.hidden(prefixes(config, config.num_hidden_layers - 1)["output norm"])
+    last = view.hidden(prefixes(view.table, config.num_hidden_layers - 1)["output norm"])
     if last is None:
         return
     pooler, real = model.pooler, view.mask.bool()
@@ -396,7 +396,7 @@ def pooler_steps(view: Values, model: BertModel, config: BertConfig) -> Iterator
         "the mean of the tokens pooled, not the first ([CLS])": lambda: pooler.dense(mean),
         "the last token pooled, not the first ([CLS])": lambda: pooler.dense(final),
     } | projection_deviations(first, pooler.dense, square=True)
-    yours_dense = view.output(prefixes(config)["pooler"])
+    yours_dense = view.output(prefixes(view.table)["pooler"])
     yield Step("the pooler's projection", yours_dense, pooler.dense(first), deviations)
     dense = pooler.dense(first) if yours_dense is None else yours_dense
     bert = replacing({pooler.dense: dense}, lambda: pooler(last))

@@ -14,7 +14,7 @@ import torch
 import transformers
 
 import bertconv
-from bertconv.catalog import outputs
+from bertconv.catalog import of
 from bertconv.verify import FLOAT32_MAX_ABS, verify
 from conftest import SEED, TINY, VOCAB
 
@@ -61,7 +61,7 @@ def test_verify_passes_on_every_layer_and_head(kind, cls, tmp_path):
     path = written(reference(kind, cls), tmp_path / "ckpt")
     report = verify(str(path), device="cpu")
     layers = [f"layer {i}" for i in range(1, TINY["num_hidden_layers"] + 1)]
-    heads = [row for row, _, _ in outputs(cls, "bert")]
+    heads = [row for row, _, _ in of("bert").classes[cls].outputs]
     assert set(["embeddings", *layers, *heads]) <= set(rows(report)), rows(report)
     assert report.passed, report.to_dict()
     assert all(row.max_abs <= FLOAT32_MAX_ABS for row in report.rows)
