@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import files, formats, record, storage
+from . import files, formats, mapping, record, storage
 from .checkpoint import (
     HEADS_KEY,
     LAYOUT_KEY,
@@ -18,7 +18,14 @@ from .checkpoint import (
     tokenizer_files,
     write_checkpoint,
 )
-from .convert import FITTING, Conversion, Reading, Selection, convert, convert_reading
+from .convert import (
+    Conversion,
+    Reading,
+    Selection,
+    check_convertible,
+    convert_reading,
+    read_official,
+)
 from .errors import BertconvError, NotFoundError, UsageError
 from .family import as_bert
 from .mapping import layout
@@ -154,16 +161,14 @@ def _convert_into(
     ckpt = read_checkpoint(src.path, from_layout, src.weights)
     output.check_not_source(src.path, [*ckpt.files, *tokenizer_files(src.path)], WRITTEN)
     source = ckpt
+    check_convertible(ckpt.layout, to_layout, str(ckpt.path))
+    reading = official(ckpt)  # made once, as verify makes it
     if _held_as_bert(ckpt, to_layout):  # a RoBERTa into a BERT's layout (yours, minbert)
-        ckpt, reading = as_bert(ckpt, official(ckpt))
-    form = layout(to_layout, ckpt.config).format
-    _check_form(form, to_layout, output)
+        ckpt, reading = as_bert(ckpt, reading)
+    table = layout(to_layout, ckpt.config)
+    _check_form(table.format, to_layout, output)
     output.check_replaceable()  # before the conversion's work
-    if ckpt is source:
-        result = convert_read(ckpt, to_layout, selection)
-    else:
-        table = layout(to_layout, ckpt.config)
-        result = convert_reading(reading, ckpt.config, table, selection, str(ckpt.path))
+    result = convert_reading(reading, ckpt.config, table, selection)
     metadata = {
         LAYOUT_KEY: recorded_as(to_layout),
         SOURCE_KEY: src.name,
@@ -173,7 +178,7 @@ def _convert_into(
     # The written file is of the class its groups make (a layout may leave heads out).
     config = ckpt.config_dict | {"architectures": [result.model_class]}
     nonfinite = storage.nonfinite_soon(ckpt.state_dict, storage.transposes(result.state_dict))
-    write_checkpoint(output, result.state_dict, config, metadata, src.path, form)
+    write_checkpoint(output, result.state_dict, config, metadata, src.path, table.format)
     found = nonfinite()  # before the commit: a source the scan found cut short fails it
     files.unchanged(source.seen)  # and one rewritten while it was read
     return Converted(ckpt, result, output.commit(), found)
@@ -209,20 +214,10 @@ def _check_form(form: str, to_layout: str, output: files.Output) -> None:
         )
 
 
-def convert_read(ckpt: Checkpoint, to_layout: str, selection: Selection = FITTING) -> Conversion:
-    """A checkpoint already read, converted into `to_layout` (config.json's `architectures`
-    breaking ties between classes)."""
-    hint = ckpt.config_dict.get("architectures")
-    return convert(
-        ckpt.state_dict, ckpt.config, ckpt.layout, to_layout, selection, str(ckpt.path), hint
-    )
-
-
 def official(ckpt: Checkpoint) -> Reading:
-    """A checkpoint already read, in the official names: the reading a command hands on (to
-    its conversions, transformers' reference, a user's model, the diagnosis), made once."""
-    from .convert import check_convertible, read_official
-
+    """A checkpoint already read, in the official names (config.json's `architectures` breaking
+    ties between classes): the reading a command hands on (to its conversions, transformers'
+    reference, a user's model, the diagnosis), made once."""
     check_convertible(ckpt.layout, OFFICIAL, str(ckpt.path))
     table = layout(ckpt.layout, ckpt.config)
     hint = ckpt.config_dict.get("architectures")
@@ -261,7 +256,8 @@ def load(
 
     def read():
         ckpt = read_checkpoint(src.path, canonical(layout), src.weights)
-        conversion = convert_read(ckpt, "bertconv", Selection.of(heads))
+        ours = mapping.layout("bertconv", ckpt.config)
+        conversion = convert_reading(official(ckpt), ckpt.config, ours, Selection.of(heads))
         return build(conversion, ckpt.config, mmap), ckpt.seen
 
     return files.held_still(read, "read")  # a model of one version of each file

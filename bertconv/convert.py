@@ -67,7 +67,10 @@ class Problems:
     values: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the names alone do not say
 
-    def raise_if_any(self) -> None:
+    def raise_if_any(self, shapes: dict | None = None) -> None:
+        """Raise naming every problem; where there are some, a file in a layout recognised only
+        (BERT-pytorch's, `shapes` its tensors') is first said to be in it, with why: looked for
+        only then, so that a file that reads never pays for it."""
         kinds = [
             ("missing tensors", self.missing),
             ("unexpected tensors, which no table maps", self.unexpected),
@@ -77,6 +80,9 @@ class Problems:
         ]
         if not any(names for _, names in kinds):
             return
+        found = identify(shapes, None) if shapes else None
+        if found is not None and found.layout is not None:
+            check_convertible(found.layout, OFFICIAL, self.source)
         lines = [f"{self.source}: its tensors do not fit the {self.layout!r} layout."]
         for label, names in kinds:
             if names:
@@ -119,6 +125,7 @@ class Reading:
     skipped: list[str]  # names the table ignores: buffers, a step count
     slots: int  # tensors that are an optimizer's slots of a weight (adam_m, adam_v)
     table: Table  # the layout it was read through, which holds the architecture
+    source: str  # what it was read from, for messages
 
 
 @dataclass
@@ -167,8 +174,8 @@ def read_official(
     _check_tied(tied, official, src, problems)
     _check_shapes(official, config, groups, named, src, problems)
     _check_dtypes(official, named, problems)
-    problems.raise_if_any()
-    return Reading(official, model_class, groups, named, skipped, slots, src)
+    problems.raise_if_any({name: tuple(t.shape) for name, t in state_dict.items()})
+    return Reading(official, model_class, groups, named, skipped, slots, src, source)
 
 
 def _check_positions(
@@ -289,28 +296,27 @@ def convert(
     selection = Selection.of(heads)
     check_convertible(from_layout, to_layout, source)
     src, dst = layout(from_layout, config), layout(to_layout, config)
+    _check_room(config, dst, source)
+    reading = read_official(state_dict, config, src, source, hint)
+    return convert_reading(reading, config, dst, selection)
+
+
+def _check_room(config: BertConfig, dst: Table, source: str) -> None:
     if config.relative and not dst.relative:
         raise CheckpointError(
             f"{source}: the {dst.name!r} layout has no place for relative position embeddings "
             f"(position_embedding_type={config.position_embedding_type!r}): its model computes "
             "absolute positions only"
         )
-    try:
-        reading = read_official(state_dict, config, src, source, hint)
-    except CheckpointError:
-        # A file that does not read may be in a layout recognised only (BERT-pytorch's): said so,
-        # with why. Looked for only here, so that a file that reads never pays for it.
-        found = identify({name: tuple(t.shape) for name, t in state_dict.items()}, None)
-        if found.layout is not None:
-            check_convertible(found.layout, to_layout, source)
-        raise
-    return convert_reading(reading, config, dst, selection, source)
 
 
 def convert_reading(
-    reading: Reading, config: BertConfig, dst: Table, selection: Selection, source: str
+    reading: Reading, config: BertConfig, dst: Table, selection: Selection
 ) -> Conversion:
     """A checkpoint already read into the official names, written in layout `dst`."""
+    source = reading.source
+    check_convertible(None, dst.name, source)
+    _check_room(config, dst, source)
     kept, dropped = select_groups(reading.groups, dst, selection, source)
     try:
         model_class = class_for(kept, dst.architecture)

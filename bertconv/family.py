@@ -54,7 +54,8 @@ def as_bert(ckpt: Checkpoint, reading: Reading) -> tuple[Checkpoint, Reading]:
     for name, shape in table.official_shapes(config, sorted(groups)).items():
         official[name] = _made(name, shape, spec["tensors"], reading.official, ckpt.config)
     model_class = class_for(groups, table.architecture)
-    held = Reading(official, model_class, groups, {n: n for n in official}, [], 0, table)
+    named = {n: n for n in official}
+    held = Reading(official, model_class, groups, named, [], 0, table, reading.source)
     return replace(ckpt, config=config, config_dict=config_dict), held
 
 

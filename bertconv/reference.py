@@ -54,7 +54,7 @@ def reference_model(ckpt: Checkpoint, reading: Reading, from_file: bool = True):
         tensors = _only(ckpt, groups)
     else:
         official_table, chosen = layout(OFFICIAL, ckpt.config), Selection("exactly", groups)
-        tensors = convert_reading(reading, ckpt.config, official_table, chosen, "").state_dict
+        tensors = convert_reading(reading, ckpt.config, official_table, chosen).state_dict
     state_dict = storage.all_to_torch(tensors)
     builds_pooler = arch.implementation(name) == "BertModel" and arch.has_pooler(name)
     extra = {"add_pooling_layer": pooler} if builds_pooler else {}

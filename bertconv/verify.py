@@ -140,7 +140,7 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     computed = _reference(ckpt, reading, wanted + [(left, {torch.float32})] * bool(left), dev)
     if model is None:
         bertconv = layout("bertconv", ckpt.config)
-        conversion = convert_reading(reading, ckpt.config, bertconv, FITTING, str(ckpt.path))
+        conversion = convert_reading(reading, ckpt.config, bertconv, FITTING)
         ours = Ours(build(conversion, ckpt.config), heads(conversion.model_class, arch))
         name = conversion.model_class
     else:

@@ -7,9 +7,9 @@ import torch
 import bertconv
 import bertconv.catalog
 import bertconv.heads
+from bertconv.catalog import read_config
 from bertconv.config import ACTIVATIONS, BertConfig
 from bertconv.errors import CheckpointError
-from bertconv.catalog import read_config
 from bertconv.model import activation
 from bertconv.verify import FLOAT32_MAX_ABS
 from conftest import TINY, VARIANTS

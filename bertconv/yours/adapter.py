@@ -102,7 +102,7 @@ class Yours(Runner):
         ckpt = self.ckpt
         table = layout("bertconv", ckpt.config)
         chosen = Selection("exactly", self.reading.groups)
-        bertconv = convert_reading(self.reading, ckpt.config, table, chosen, str(ckpt.path))
+        bertconv = convert_reading(self.reading, ckpt.config, table, chosen)
         return diagnosis(self.harness, self.table, row, batches, build(bertconv, ckpt.config))
 
     def _tensors(self) -> dict[str, torch.Tensor]:
@@ -235,7 +235,7 @@ def _seeded(reading: Reading, ckpt: Checkpoint, table: Table, kept: set, lacking
             break
         held = replace(reading, official=official, groups=groups, model_class=model_class)
         chosen = Selection("exactly", groups)
-        conversion = convert_reading(held, config, table, chosen, str(ckpt.path))
+        conversion = convert_reading(held, config, table, chosen)
         misfit = {
             table.row_of(table.tied.get(n, n)).group
             for n, t in conversion.state_dict.items()
@@ -245,7 +245,7 @@ def _seeded(reading: Reading, ckpt: Checkpoint, table: Table, kept: set, lacking
             return held, frozenset(seeded), conversion
         seeded -= misfit
     chosen = Selection("exactly", frozenset(kept))
-    return reading, frozenset(), convert_reading(reading, config, table, chosen, str(ckpt.path))
+    return reading, frozenset(), convert_reading(reading, config, table, chosen)
 
 
 def _seed(shape: tuple[int, ...], g: torch.Generator) -> storage.Tensor:
