@@ -3,13 +3,14 @@ output that differs, and the steps before it that agree) and why (the deviation 
 recomputation reproduces the model's values), for each deviation people make, in models built
 of modules and of raw parameters alike (tests/zoo/deviations.py)."""
 
+import copy
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from bertconv.catalog import of
+from bertconv.catalog import expand, model_types, of
 from bertconv.verify import FLOAT32_MAX_ABS, verify
 
 DEVIATIONS = Path(__file__).parent / "zoo" / "deviations.py"
@@ -104,41 +105,106 @@ def test_infer_refusing_says_where_and_why(cli):
 KINDS = ("absolute", "relative_key", "relative_key_query")
 SMALL = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
              intermediate_size=48, max_position_embeddings=24, num_labels=3)  # fmt: skip
-# Steps each row is taken apart into: every one compared, none skipped.
-STEPS = {"embeddings": 3, "layer": 11, "pooler": 2}
+# Steps each row is taken apart into: every one compared, none skipped (the embeddings' token
+# types only where the architecture has them).
+LAYER_STEPS, POOLER_STEPS = 11, 2
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(
-    "model_class", [c for c in of("bert").classes if c != "BertForMultipleChoice"]
-)
-def test_bertconvs_own_model_of_every_kind_agrees_at_every_step(kind, model_class):
-    """One BERT: bertconv's model, traced as a user's is (verify's Ours.diagnose) and read
-    through its table, taken apart row by row by the diagnosis (which recomputes each step with
-    that same model's code): every step of every row agrees, relative positions included.
-    (Multiple choice is never taken apart: its inputs are (B, choices, T).)"""
+def _every_class_of_every_type():
+    """(model type, transformers' class, position kind): each class of each catalog, in each
+    kind of position its catalog admits. (Multiple choice is never taken apart: its inputs
+    are (B, choices, T).)"""
+    for model_type in model_types():
+        kinds = KINDS if of(model_type).tensors["relative"] else KINDS[:1]
+        for name in of(model_type).classes:
+            if of(model_type).implementation(name) != "BertForMultipleChoice":
+                yield from (pytest.param(model_type, name, k, id=f"{name}-{k}") for k in kinds)
+
+
+def _own_model(model_type: str, model_class: str, kind: str = "absolute"):
+    """bertconv's model of transformers' `model_class`, its weights perturbed off their init."""
     import bertconv.heads
-    from bertconv.batches import random_batch
     from bertconv.config import BertConfig
+
+    arch = of(model_type)
+    own = arch.facts | {"position_embedding_type": kind}
+    if arch.facts["positions_after_pad"]:  # RoBERTa's: positions from pad_token_id + 1
+        own |= {"pad_token_id": 1, "type_vocab_size": 1}
+    if not arch.facts["token_types"]:
+        own["type_vocab_size"] = 1
+    config = BertConfig(**SMALL, **own)
+    torch.manual_seed(0)
+    cls = bertconv.heads.CLASSES[arch.implementation(model_class)]
+    model = cls(config, pooler=arch.has_pooler(model_class)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    return model
+
+
+def _taken_apart(model, bert=None) -> dict:
+    """{row: the diagnosis} of each row of `model`'s (the embeddings, each layer, the pooler
+    where it has one), traced as a user's model is (verify's Ours.diagnose) and read through
+    bertconv's table of its type, each step recomputed by `bert` (by default, itself)."""
+    from bertconv.batches import random_batch
     from bertconv.mapping import layout
     from bertconv.outputs import EMBEDDINGS, POOLER, layer
     from bertconv.yours.diagnose import diagnose
     from bertconv.yours.harness import Harness, Plan
     from bertconv.yours.reading import anchors, read
 
-    config = BertConfig(**SMALL, position_embedding_type=kind)
-    torch.manual_seed(0)
-    model = bertconv.heads.CLASSES[model_class](config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.5 * torch.randn_like(p))
+    config = model.config
     table = layout("bertconv", config)
+    # the table of the model's type: its official names are its catalog's
+    official = {n for rows in of(config.model_type).tensors.values() for pattern in rows
+                for n in expand(pattern, config.num_hidden_layers)}  # fmt: skip
+    assert table.model_type == config.model_type and set(table.holders) <= official
     harness = Harness(model, "bertconv", Plan({n: n for n in random_batch(config)}))
     run = harness.run(random_batch(config, 16))
     rows = [EMBEDDINGS, *(layer(i + 1) for i in range(config.num_hidden_layers))]
     rows += [POOLER] if model.pooler is not None else []
-    for row in rows:
-        pooled = read(run, anchors(table, config, {"pooler"})).get(POOLER)
-        found = diagnose(run.trace, table, model, row, pooled)
+    found = anchors(table, config, {"pooler"})
+    assert set(rows) <= set(found)  # every row read where the model computes it
+    pooled = read(run, found).get(POOLER)
+    return {row: diagnose(run.trace, table, bert or model, row, pooled) for row in rows}
+
+
+@pytest.mark.parametrize("model_type, model_class, kind", list(_every_class_of_every_type()))
+def test_bertconvs_own_model_of_every_type_class_and_kind_agrees_at_every_step(
+    model_type, model_class, kind
+):
+    """bertconv's model of each class of each model type (BERT, RoBERTa and the types its
+    catalog serves, DistilBERT, ELECTRA), traced as a user's is and read through its type's
+    table, taken apart row by row by the diagnosis (which recomputes each step with that same
+    model's code): every step of every row agrees, relative positions included, and every step
+    the architecture has is compared (DistilBERT's embeddings have no token types)."""
+    model = _own_model(model_type, model_class, kind)
+    assert (model.pooler is not None) == of(model_type).has_pooler(model_class)
+    typed = of(model_type).facts["token_types"]
+    expected = {"embeddings": 2 + typed, "layer": LAYER_STEPS, "pooler": POOLER_STEPS}
+    for row, found in _taken_apart(model).items():
         assert found.step is None and found.cause is None, found.message()
-        assert len(found.agreeing) == STEPS[row.kind], found.message()
+        assert len(found.agreeing) == expected[row.kind], found.message()
+        assert all(d <= 1e-6 for _, d in found.agreeing), found.message()
+        if row.kind == "embeddings":
+            assert ("the token type embeddings" in dict(found.agreeing)) == typed
+
+
+@pytest.mark.parametrize("model_type", model_types())
+def test_a_deviation_in_bertconvs_own_model_of_every_type_is_found(model_type):
+    """The same, with the traced model's embeddings LayerNorm and layer 1's first LayerNorm
+    given another eps: each type's diagnosis finds that step and names the eps, the steps
+    before it agreeing, and layer 2 (from the model's own values) agrees throughout."""
+    model = _own_model(model_type, of(model_type).base_class)
+    bert = copy.deepcopy(model)
+    model.embeddings.LayerNorm.eps = model.encoder.layer[0].attention.output.LayerNorm.eps = 1e-3
+    found = {str(row): d for row, d in _taken_apart(model, bert).items()}
+    embeddings, first, second = found["embeddings"], found["layer 1"], found["layer 2"]
+    assert embeddings.step == "the embeddings' sum and its LayerNorm", embeddings.message()
+    assert len(embeddings.agreeing) == 1 + of(model_type).facts["token_types"]
+    assert first.step == "the attention's residual and LayerNorm", first.message()
+    assert len(first.agreeing) == 6
+    for diagnosis in (embeddings, first):
+        assert diagnosis.cause.startswith("LayerNorm eps 0.001"), diagnosis.message()
+        assert diagnosis.confirmed_max_abs <= 1e-6
+    assert second.step is None and len(second.agreeing) == LAYER_STEPS, second.message()

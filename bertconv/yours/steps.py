@@ -187,24 +187,29 @@ def projection_deviations(x, linear: nn.Linear, square: bool) -> dict:
 def embedding_steps(view: Values, model: BertModel, config: BertConfig) -> Iterator[Step]:
     emb, p = model.embeddings, prefixes(view.table)
     ids, types = view.trace.inputs["input_ids"], view.trace.inputs["token_type_ids"]
-    T = ids.shape[1]
-    word, typ = emb.word_embeddings(ids), emb.token_type_embeddings(types)
+    T, typed = ids.shape[1], emb.token_type_embeddings is not None  # DistilBERT has no types
+    word = emb.word_embeddings(ids)
     yours_word = view.output(p["word embeddings"], last=False)
     yield Step("the word embeddings", yours_word, word)
-    yours_typ = view.output(p["token type embeddings"], last=False)
-    yield Step("the token type embeddings", yours_typ, typ)
     word = word if yours_word is None else yours_word
-    typ = typ if yours_typ is None else yours_typ
+    typ = 0  # none added
+    if typed:
+        typ = emb.token_type_embeddings(types)
+        yours_typ = view.output(p["token type embeddings"], last=False)
+        yield Step("the token type embeddings", yours_typ, typ)
+        typ = typ if yours_typ is None else yours_typ
 
     def summed(w=word, t=typ, positions=None):
         """The model's own embeddings (sum, LayerNorm) of these words, types and positions."""
-        given = {emb.word_embeddings: w, emb.token_type_embeddings: t}
+        given = {emb.word_embeddings: w} | ({emb.token_type_embeddings: t} if typed else {})
         if positions is not None:
             given[emb.position_embeddings] = positions
         return replacing(given, lambda: emb(ids, types))
 
     table, offset = emb.position_embeddings.weight, config.pad_token_id + 1
-    deviations = {"no token type embeddings (token types left out)": lambda: summed(t=0 * typ)}
+    deviations = {}
+    if typed:
+        deviations["no token type embeddings (token types left out)"] = lambda: summed(t=0 * typ)
     if config.relative:  # BERT adds none: the attention has them
         deviations["position embeddings added (relative positions are the attention's)"] = lambda: (
             emb.LayerNorm(word + typ + table[:T])
@@ -226,9 +231,10 @@ def embedding_steps(view: Values, model: BertModel, config: BertConfig) -> Itera
     deviations |= norm_deviations(read[0], emb.LayerNorm, config)
     # What the first layer reads shows an embedding added after the LayerNorm, which the
     # LayerNorm's own output does not.
-    deviations["the token type embeddings added after the LayerNorm"] = lambda: (
-        summed(t=0 * typ) + typ
-    )
+    if typed:
+        deviations["the token type embeddings added after the LayerNorm"] = lambda: (
+            summed(t=0 * typ) + typ
+        )
     if not config.relative:
         deviations["the position embeddings added after the LayerNorm"] = lambda: (
             summed(positions=0 * table[:T]) + table[:T]
