@@ -281,7 +281,7 @@ def other_labels(table: Table, config: BertConfig, groups, shapes: dict, spec: s
     the model's. A count fixed in its code (`nn.Linear(hidden, 2)`) holds that many only."""
     dims = table.architecture.tensors
     for group in sorted(groups):
-        for official in (n for n, d in dims.get(group, {}).items() if d == ["num_labels"]):
+        for official in (n for n, d in dims.get(group, {}).items() if d == ("num_labels",)):
             for name in (n for n in table.names_for(official) if n in shapes):
                 if shapes[name] != (config.num_labels,):
                     raise CheckpointError(
