@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from . import catalog, files, formats, storage
 from .catalog import Architecture
 from .config import BertConfig
-from .errors import CheckpointError, NotFoundError
+from .errors import CheckpointError, NotFoundError, listed
 from .mapping import Identified, identify
 from .storage import read_metadata  # noqa: F401 (read beside the keys it reads)
 from .tables import read_off
@@ -84,17 +84,18 @@ def read_tensors(paths: list[Path], index: Path | None = None) -> tuple[dict, di
         _check_names(path, tensors)
         clash = state_dict.keys() & tensors.keys()
         if clash:
-            raise CheckpointError(f"{path}: repeats tensors of another shard: {sorted(clash)[:5]}")
+            shown = listed(map(repr, sorted(clash)))
+            raise CheckpointError(f"{path}: repeats tensors of another shard: [{shown}]")
         state_dict.update(tensors)
         where.update(dict.fromkeys(tensors, path.name))
         metadata = metadata or meta
     if index is not None:
-        listed = formats.weight_map_of(index)
-        wrong = sorted(n for n in where.keys() | listed.keys() if where.get(n) != listed.get(n))
+        mapped = formats.weight_map_of(index)
+        wrong = sorted(n for n in where.keys() | mapped.keys() if where.get(n) != mapped.get(n))
         if wrong:
             raise CheckpointError(
                 f"{index}: does not match its shards: {len(wrong)} tensors are not where it "
-                f"says ({', '.join(wrong[:5])}). Download the checkpoint again."
+                f"says ({listed(wrong)}). Download the checkpoint again."
             )
     return state_dict, metadata
 
@@ -105,7 +106,7 @@ def _check_names(path: Path, tensors: dict) -> None:
     shown escaped."""
     odd = [name for name in tensors if not name.isprintable()]
     if odd:
-        shown = ", ".join(ascii(name) for name in odd[:5])
+        shown = listed(map(ascii, odd))
         raise CheckpointError(
             f"{path}: names tensors with characters that are not printable ({shown}); no "
             "checkpoint's tensors are named so"

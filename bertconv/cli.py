@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from .errors import BertconvError, Interrupted, NotBertError, OutputError, UsageError
+from .errors import BertconvError, Interrupted, NotBertError, OutputError, UsageError, listed
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug in bertconv, never the user's doing
 
@@ -224,11 +224,11 @@ def _report(converted, to: str, out: Path) -> None:
     if result.slots:
         say(f"skipped {result.slots} optimizer slots (adam_m, adam_v): training state, no weight")
     if result.skipped:
-        say(f"skipped {_listed(result.skipped, 4)}: not weights (buffers, a step count)")
+        say(f"skipped {listed(result.skipped)}: not weights (buffers, a step count)")
     if names := converted.nonfinite:
         say(
             f"warning: {len(names)} tensors of the source hold NaN or Inf, copied as they are: "
-            + _listed(names)
+            + listed(names)
         )
     groups = ", ".join(sorted(result.groups)) or "the encoder alone"
     say(
@@ -255,11 +255,6 @@ def inspect(
 
     found = describe(source, revision, from_layout)
     show(json.dumps(asdict(found), indent=2) if as_json else format_inspection(found))
-
-
-def _listed(names: list[str], most: int = 12) -> str:
-    more = f", and {len(names) - most} more" if len(names) > most else ""
-    return ", ".join(names[:most]) + more
 
 
 # How inspect shows each config field, in order (the labels only for a classifier's groups).
@@ -297,7 +292,7 @@ def format_inspection(found) -> str:
         f"  config      {_config_line(found)}",
         f"  parameters  {found.parameters:,} in {found.tensors} tensors, "
         f"{found.bytes / 1e6:.1f} MB ({', '.join(f'{d}: {n}' for d, n in found.dtypes.items())})",
-        f"  unplaced    {_listed(found.unplaced) or 'none'}",
+        f"  unplaced    {listed(found.unplaced) or 'none'}",
     ]
     if found.problems:
         lines.append("  would not convert:")

@@ -17,13 +17,11 @@ from dataclasses import dataclass, field
 
 from . import storage
 from .config import BertConfig
-from .errors import CheckpointError, UsageError
+from .errors import CheckpointError, UsageError, listed
 from .mapping import Table, class_for, class_of, identify, layout
 from .tables import OFFICIAL, refusal
 from .transforms import REGISTRY
 
-# How many names an error lists per kind of problem before it says "and N more".
-LISTED = 12
 FLOATS = ("F32", "F16", "BF16", "F64")  # what a parameter may be stored as
 
 
@@ -86,9 +84,7 @@ class Problems:
         lines = [f"{self.source}: its tensors do not fit the {self.layout!r} layout."]
         for label, names in kinds:
             if names:
-                shown = ", ".join(names[:LISTED])
-                more = f", and {len(names) - LISTED} more" if len(names) > LISTED else ""
-                lines.append(f"  {label} ({len(names)}): {shown}{more}")
+                lines.append(f"  {label} ({len(names)}): {listed(names)}")
         lines += self.notes
         lines.append(self.advice())
         raise CheckpointError("\n".join(lines))

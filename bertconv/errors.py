@@ -2,6 +2,19 @@
 named where the class is declared; the library raises them and never prints. Every failure of
 `load`, `convert`, `fetch` and `verify` that a file or a user can cause is one of these."""
 
+from collections.abc import Iterable
+
+# How many names a message lists before it says how many more there are: a checkpoint of the
+# wrong model can miss every one of its hundreds of tensors.
+LISTED = 12
+
+
+def listed(items: Iterable, sep: str = ", ") -> str:
+    """`a, b, c, and 4 more`: the first LISTED of `items`, then how many it leaves out."""
+    names = [str(item) for item in items]
+    more = [f"and {len(names) - LISTED} more"] if len(names) > LISTED else []
+    return sep.join(names[:LISTED] + more)
+
 
 class BertconvError(Exception):
     """Something the user can act on; the message says what and what to do."""
@@ -24,7 +37,12 @@ class UsageError(BertconvError, exit_code=2):
 
 class UserCodeError(UsageError):
     """The user's own model (`--model`, `infer`) raised or exited in its import, its build or its
-    forward: the message is theirs, with where in their code."""
+    forward: the message is theirs, with where in their code. `did`: what their code did (raised
+    what, where), for a note that says so without the rest of the message."""
+
+    def __init__(self, message: str, did: str = ""):
+        super().__init__(message)
+        self.did = did or message
 
 
 class TableError(UsageError):

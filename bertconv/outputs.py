@@ -43,6 +43,21 @@ class Output:
 EMBEDDINGS, POOLER = Output("embeddings"), Output("pooler")
 
 
+@dataclass(frozen=True)
+class Note:
+    """What verify says besides its rows; `str()` gives it as printed and in --json. `inside`:
+    the outputs it is said of as the model computes them inside (where its forward returns
+    something else), a field so that what is said of several is said once, naming them all."""
+
+    text: str
+    inside: tuple[Output, ...] = ()
+
+    def __str__(self) -> str:
+        if not self.inside:
+            return self.text
+        return f"{', '.join(map(str, self.inside))} as computed inside: {self.text}"
+
+
 def layer(index: int) -> Output:
     """Layer `index`'s output, counted from 1 as verify prints it."""
     return Output("layer", index)
@@ -128,7 +143,8 @@ class Runner:
     (yours/adapter.py) is run the same way, read from a trace."""
 
     def __init__(self, model, heads: list[Head]):
-        self.model, self.heads, self.notes = model, heads, []
+        self.model, self.heads = model, heads
+        self.notes: list[Note] = []
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The batch in the form the model reads it."""
@@ -163,6 +179,6 @@ class Runner:
     def reference_seeded(self, computed: dict, batches: list, device) -> None:
         """transformers' outputs for heads given seeded weights, where the model has any."""
 
-    def what_head_reads(self, row: Output, batch: dict) -> list[str]:
+    def what_head_reads(self, row: Output, batch: dict) -> list[Note]:
         """Where a head's row fails, what the head reads, where that is not what BERT's does."""
         return []

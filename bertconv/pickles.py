@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 from . import files, storage
-from .errors import CheckpointError
+from .errors import CheckpointError, listed
 
 # What a pickled state dict needs, and all that bertconv lets a pickle name: torch.save writes
 # these for tensors, parameters and their storages. Anything else is refused before torch runs.
@@ -35,7 +35,6 @@ LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of torch's pre-1.6 for
 # torch.save(model) writes (BERT-pytorch's trainer saves so), not a state dict.
 MODULES = "torch.nn.modules."
 BUILTINS = ("__builtin__.", "builtins.")  # a pickled module's sets: not the model's classes
-CLASSES_LISTED = 20
 
 
 def read_bin(path: Path) -> dict[str, storage.Tensor]:
@@ -71,13 +70,11 @@ def _model_object(path: Path, refused: list[str]) -> str:
     torch.nn's), and how to save the state dict that bertconv reads instead."""
     classes = [n for n in refused if not n.startswith(BUILTINS)]
     classes.sort(key=lambda n: (n.startswith("torch."), n))
-    more = len(classes) - CLASSES_LISTED
-    shown = ", ".join(classes[:CLASSES_LISTED]) + (f", and {more} more" if more > 0 else "")
     return (
         f"{path}: holds a pickled model object, as torch.save(model) writes (its classes: "
-        f"{shown}), not a state dict. It was not read: reading it would run those classes' "
-        "code, and bertconv reads pickles that hold tensors only. In your own code, where the "
-        "model is built, save its weights alone, "
+        f"{listed(classes)}), not a state dict. It was not read: reading it would run those "
+        "classes' code, and bertconv reads pickles that hold tensors only. In your own code, "
+        "where the model is built, save its weights alone, "
         'torch.save(model.state_dict(), "pytorch_model.bin"), and give bertconv that file.'
     )
 
@@ -102,8 +99,8 @@ def _state_dict(path: Path, loaded) -> dict[str, storage.Tensor]:
     nested = [k for k, v in loaded.items() if isinstance(v, dict)]
     if nested:
         raise CheckpointError(
-            f"{path}: holds dicts under {nested[:3]} (a training checkpoint?), not a state dict "
-            "of tensors. Save the model's state_dict() alone, or convert that."
+            f"{path}: holds dicts under [{listed(map(repr, nested))}] (a training checkpoint?), "
+            "not a state dict of tensors. Save the model's state_dict() alone, or convert that."
         )
     bad = [
         f"{k!r} ({_what(v)})"
@@ -116,8 +113,7 @@ def _state_dict(path: Path, loaded) -> dict[str, storage.Tensor]:
     ]
     if bad:
         raise CheckpointError(
-            f"{path}: holds entries that are not plain tensors bertconv can read: "
-            + ", ".join(bad[:5])
+            f"{path}: holds entries that are not plain tensors bertconv can read: " + listed(bad)
         )
     return {name: storage.from_torch(t) for name, t in loaded.items()}
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from . import catalog, mappings
 from .catalog import ENCODER, RELATIVE, is_dim, sections, shape_problems
 from .config import SIZES
-from .errors import CheckpointError, NotFoundError, TableError, UsageError
+from .errors import CheckpointError, NotFoundError, TableError, UsageError, listed
 from .transforms import REGISTRY
 
 TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
@@ -27,7 +27,6 @@ TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
 OFFICIAL = "transformers"
 REFUSED = "refused"  # why a layout recognised only is never converted
 TABLE_LIMIT = 1 << 20  # bytes: a table is a few KB
-LISTED = 12  # rows named in one error
 # The keys a table may have, with the type of each value; the first three it must have.
 KEYS = {
     "name": str,
@@ -181,8 +180,8 @@ def read_table(path: Path, model_type: str = "bert") -> dict:
         raise TableError(f"{path}: not a TOML table ({e or type(e).__name__})") from None
     problems = _schema_problems(table) or _content_problems(table, model_type)
     if problems:
-        lines = [f"  {_line(text, key)}: {problem}" for key, problem in problems[:LISTED]]
-        raise TableError(f"{path}: not a valid mapping table:\n" + "\n".join(lines))
+        lines = [f"{_line(text, key)}: {problem}" for key, problem in problems]
+        raise TableError(f"{path}: not a valid mapping table:\n  " + listed(lines, "\n  "))
     return table
 
 
@@ -300,7 +299,7 @@ def _row_problems(table: dict, model_type: str) -> list[tuple[str, str]]:
     for group, shapes in official.items():
         missing = [n for n in shapes if n not in claimed]
         if missing and (group == ENCODER or len(missing) < len(shapes)):  # [relative]: optional
-            problems.append((group, f"no row for {', '.join(missing[:5])} (a group comes whole)"))
+            problems.append((group, f"no row for {listed(missing)} (a group comes whole)"))
     return problems
 
 

@@ -22,7 +22,7 @@ from .convert import FITTING, Reading, convert_reading
 from .errors import CheckpointError, UsageError
 from .family import as_bert, left_out
 from .mapping import layout
-from .outputs import POOLER, Output, Runner, cast_order, heads, key, truth
+from .outputs import POOLER, Note, Output, Runner, cast_order, heads, key, truth
 from .reference import implements, imported, reference_model
 from .yours.adapter import Yours, diagnosis
 from .yours.diagnose import Diagnosis
@@ -148,9 +148,10 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
         ours, name = Yours(*as_bert(ckpt, reading), model, model_layout), model
         kind = arch.model_type
         placeless = left_out(ckpt, reading)
-        ours.notes += [f"{g}: {kind}'s head has no place in BERT (not compared)" for g in placeless]
+        no_place = "'s head has no place in BERT (not compared)"
+        ours.notes += [Note(f"{g}: {kind}{no_place}") for g in placeless]
         patches = [f"the model's module replaces {'.'.join(k)}" for k in APPLIED]
-        ours.notes[:0] = [f"{p} (transformers' outputs computed without it)" for p in patches]
+        ours.notes[:0] = [Note(f"{p} (transformers' outputs computed without it)") for p in patches]
     prepared = [ours.prepare(b.tensors) for b in batches]
     kinds = list(dict.fromkeys(b.kind for b in batches))
     longest = max(b.longest for b in batches)
@@ -186,13 +187,15 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     report.float32_full = again
     if again is not None and not again.passed and failing is None:
         ours.notes.append(
-            "in float32: your model computes the batch of every position otherwise in float32 "
-            "than in float64, where it agrees: half precision inside (autocast?) for long "
-            "sequences"
+            Note(
+                "in float32: your model computes the batch of every position otherwise in float32 "
+                "than in float64, where it agrees: half precision inside (autocast?) for long "
+                "sequences"
+            )
         )
     if left is not None:
         ours.notes += _left_padded(ours, computed, ours.prepare(left.tensors), dev, kind)
-    report.notes = ours.notes
+    report.notes = [str(note) for note in ours.notes]
     if taken_apart:
         report.diagnosis = ours.diagnose(failing, prepared, ckpt)
     return report, ckpt.seen
@@ -245,10 +248,10 @@ def _batches_differing(output: Output, ours: "Ours", computed: dict, prepared, b
         )
         differs.append(not close)
     said = pattern(batches, differs)
-    return [f"{output}: {said}"] if said else []
+    return [Note(f"{output}: {said}")] if said else []
 
 
-def _left_padded(ours, computed: dict, batch: dict, device, model_type: str) -> list[str]:
+def _left_padded(ours, computed: dict, batch: dict, device, model_type: str) -> list[Note]:
     """A note (never a failure) where the user's model differs on a left-padded batch."""
     with _no_tf32():
         got = ours.run([batch], device, [torch.float32])
@@ -260,9 +263,11 @@ def _left_padded(ours, computed: dict, batch: dict, device, model_type: str) -> 
     if not worst[0] > FLOAT32_MAX_ABS:
         return []
     return [
-        f"a left-padded batch: your model differs (max abs {worst[0]:.1e} at {worst[1]}). It "
-        f"numbers positions from 0 where {model_type} counts them from the first real token; "
-        "the verdict comes from right-padded batches, where the two agree"
+        Note(
+            f"a left-padded batch: your model differs (max abs {worst[0]:.1e} at {worst[1]}). "
+            f"It numbers positions from 0 where {model_type} counts them from the first real "
+            "token; the verdict comes from right-padded batches, where the two agree"
+        )
     ]
 
 

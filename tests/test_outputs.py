@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from bertconv import files
+from bertconv.errors import LISTED, listed
+from bertconv.outputs import Note, layer
 from hostile import (
     refused,
     snapshot,
@@ -232,3 +234,20 @@ def test_a_directory_another_writer_removed_is_made_again(tmp_path, monkeypatch)
         output.stage("x").write_text("x")
         output.commit()
     assert (out / "x").read_text() == "x" and calls[:2] == [out, out]
+
+
+# What a message says ------------------------------------------------------------------------------
+
+
+def test_a_message_lists_so_many_names_and_counts_the_rest():
+    names = [f"t{i}" for i in range(LISTED + 3)]
+    assert listed(names) == ", ".join(names[:LISTED]) + ", and 3 more"
+    assert listed(names[:LISTED]) == ", ".join(names[:LISTED])  # all there: no count
+    assert listed([]) == ""
+    assert listed(iter(names), "\n  ").endswith(f"{names[LISTED - 1]}\n  and 3 more")
+
+
+def test_a_note_prints_as_its_text_naming_the_outputs_it_is_said_of():
+    said = "your forward returns a tuple in its place"
+    assert str(Note(said, (layer(5), layer(6)))) == f"layer 5, layer 6 as computed inside: {said}"
+    assert str(Note("pooler: never used")) == "pooler: never used"

@@ -16,10 +16,10 @@ from ..batches import RANDOM_LENGTH, SEED, positions, random_batch
 from ..checkpoint import Checkpoint
 from ..config import BertConfig
 from ..convert import Reading, Selection, convert_reading
-from ..errors import CheckpointError, UserCodeError
+from ..errors import CheckpointError, UserCodeError, listed
 from ..mapping import Table, class_for, identify, layout, other_labels
 from ..model import BertModel
-from ..outputs import POOLER, Output, Runner, cast_order, exact, heads, key, layer, truth
+from ..outputs import POOLER, Note, Output, Runner, cast_order, exact, heads, key, layer, truth
 from ..reference import reference_model
 from .diagnose import Diagnosis, diagnose
 from .fence import shipped
@@ -54,8 +54,10 @@ class Yours(Runner):
         load_weights(model, spec, self._tensors(), absent | table.own)
         self.notes = _not_compared(table, ckpt.config, groups - compared_groups, compared_groups)
         self.notes += [
-            f"{g}: the checkpoint has none: compared with seeded weights, the same given to your "
-            "model's head and to transformers' (not the checkpoint's)"
+            Note(
+                f"{g}: the checkpoint has none: compared with seeded weights, the same given to "
+                "your model's head and to transformers' (not the checkpoint's)"
+            )
             for g in sorted(self.seeded)
         ]
         self.lenient = bool(groups - compared_groups - {"pooler"})
@@ -82,7 +84,7 @@ class Yours(Runner):
                     at = (t, key(batch))
                     computed[at] = computed[at] | {k: v for k, v in out.items() if k in rows}
 
-    def what_head_reads(self, row: Output, batch: dict) -> list[str]:
+    def what_head_reads(self, row: Output, batch: dict) -> list[Note]:
         """Where a head's row fails: what the head reads, by the trace, where that is not what
         BERT's reads (the last layer's output per token; the pooler's per sequence)."""
         head = next((h for h in self.heads if h.output == row), None)
@@ -95,7 +97,8 @@ class Yours(Runner):
         if read == bert:
             return []
         what = f"the {read} output" if read else "no output BERT computes"
-        return [f"{row}: your model's {row.kind} head reads {what}; BERT's, the {bert} output"]
+        said = f"{row}: your model's {row.kind} head reads {what}; BERT's, the {bert} output"
+        return [Note(said)]
 
     def diagnose(self, row: Output, batches, ckpt: Checkpoint) -> Diagnosis | None:
         """Each step recomputed by bertconv's model, holding the checkpoint's weights as read."""
@@ -144,14 +147,16 @@ class Yours(Runner):
             try:
                 outputs, ran_in = super().run_one(batch, device, t)
             except UserCodeError as e:
-                error, why = e, str(e).partition("the model's code ")[2] or str(e)
+                error, why = e, e.did
             else:
                 if t != torch.float64 or all(v.isfinite().all() for v in outputs.values()):
                     if t != dtype:
                         self._say(
-                            f"your model does not compute in float64 ({in_float64}): the batch "
-                            "of every position is compared in float32, where rounding alone "
-                            "may near the tolerance"
+                            Note(
+                                f"your model does not compute in float64 ({in_float64}): the "
+                                "batch of every position is compared in float32, where rounding "
+                                "alone may near the tolerance"
+                            )
                         )
                     return outputs, ran_in
                 error, why = None, "it computes NaN or infinities there"
@@ -161,12 +166,12 @@ class Yours(Runner):
         every = positions(self.ckpt.config)
         if error is None or batch["input_ids"].shape[-1] < every or every <= RANDOM_LENGTH:
             raise error
-        self._say(f"your model cannot take a sequence of all {every} positions: it {why}")
+        self._say(Note(f"your model cannot take a sequence of all {every} positions: it {why}"))
         self.raised = True
         self.inside.append({})
         return {}, tries[-1]
 
-    def _say(self, note: str) -> None:
+    def _say(self, note: Note) -> None:
         if note not in self.notes:
             self.notes.append(note)
 
@@ -188,7 +193,7 @@ class Yours(Runner):
         if label.hidden:  # compared with the state the model carries there; the diagnosis says
             return
         names = ", ".join(sorted(self.anchors[label]))
-        self._say(f"{label}: your model's forward never uses {names} (not compared)")
+        self._say(Note(f"{label}: your model's forward never uses {names} (not compared)"))
 
 
 def diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnosis | None:
@@ -267,13 +272,13 @@ def _misplaced(table: Table, config: BertConfig, left: tuple, shapes: dict, spec
             how, names = (found or [("its own", table.own)])[0]
             raise CheckpointError(
                 f"--model {spec!r}: the checkpoint's {group} head would be left out, but the table "
-                f"places {', '.join(sorted(names)[:4])}, of its shapes, as {how}: a head is never "
+                f"places {listed(sorted(names))}, of its shapes, as {how}: a head is never "
                 f"guessed. Place it as {group} (`bertconv infer --config` reads config.json's "
                 f"architectures), or verify on a checkpoint without a {group} head"
             )
 
 
-def _not_compared(table, config: BertConfig, absent, kept) -> list[str]:
+def _not_compared(table, config: BertConfig, absent, kept) -> list[Note]:
     """A note for each head of the user's model that the checkpoint has none of (groups that
     share their tensors, a classifier read three ways, named together), and its own tensors."""
     by_names: dict[frozenset, list[str]] = {}
@@ -281,10 +286,12 @@ def _not_compared(table, config: BertConfig, absent, kept) -> list[str]:
         names = frozenset(_head_names(table, config, {group}))
         if not names <= _head_names(table, config, kept):
             by_names.setdefault(names, []).append(group)
-    own = [f"{', '.join(sorted(table.own)[:8])}: your model's own (never loaded or compared)"]
+    own = [Note(f"{listed(sorted(table.own))}: your model's own (never loaded or compared)")]
     return [
-        f"{' / '.join(groups)}: the checkpoint has none (not compared; your model keeps its own "
-        "weights)"
+        Note(
+            f"{' / '.join(groups)}: the checkpoint has none (not compared; your model keeps its "
+            "own weights)"
+        )
         for groups in by_names.values()
     ] + own * bool(table.own)
 

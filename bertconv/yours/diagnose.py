@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..errors import listed
 from ..mapping import Table
 from ..model import BertModel
 from ..outputs import Output
@@ -152,14 +153,14 @@ def _exchanged_rows(found: Diagnosis, table: Table, config) -> Diagnosis:
 
 def _unseen(names: set[str], found: Diagnosis) -> str:
     """Why no step could be compared: the model's tensors its traced forward never reads."""
-    listed = ", ".join(sorted(names)[:6]) + (", ..." if len(names) > 6 else "")
+    shown = listed(sorted(names))
     if not found.agreeing:
         return (
-            f"your model's forward never uses its tensors {listed}, which hold this output: it"
+            f"your model's forward never uses its tensors {shown}, which hold this output: it"
             " skips it, so none of its steps can be compared"
         )
     return (
-        f"bertconv never sees your model use {listed} (left unused, or used out of the trace's"
+        f"bertconv never sees your model use {shown} (left unused, or used out of the trace's"
         " sight: a compiled extension, TorchScript loaded from a file); the steps reading them"
         " cannot be compared, so no cause is confirmed"
     )

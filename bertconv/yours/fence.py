@@ -174,16 +174,12 @@ def guarded(spec: str, doing: str, advice: str = ""):
     except (UsageError, KeyboardInterrupt):
         raise
     except SystemExit as e:
-        raise UserCodeError(
-            f"--model {spec!r}: {doing}, the model's code called sys.exit({e.code!r})"
-            f"{_where(e)}; bertconv compared nothing{advice}"
-        ) from None
+        did = f"called sys.exit({e.code!r}){_where(e)}; bertconv compared nothing{advice}"
+        raise UserCodeError(f"--model {spec!r}: {doing}, the model's code {did}", did) from None
     except BaseException as e:  # the user's code: whatever it raises
         message = (str(e).splitlines() or [""])[0][:300]
-        raise UserCodeError(
-            f"--model {spec!r}: {doing}, the model's code raised {type(e).__name__}: "
-            f"{message}{_where(e)}{advice}"
-        ) from None
+        did = f"raised {type(e).__name__}: {message}{_where(e)}{advice}"
+        raise UserCodeError(f"--model {spec!r}: {doing}, the model's code {did}", did) from None
 
 
 @contextmanager

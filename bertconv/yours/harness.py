@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..config import BertConfig
-from ..errors import CheckpointError, UsageError, UserCodeError
+from ..errors import CheckpointError, UsageError, UserCodeError, listed
 from .fence import guarded, import_factory, users_code
 from .trace import Trace, tensors_in
 from .units import words
@@ -131,7 +131,7 @@ def construct(factory: Callable, spec: str, config: Config) -> nn.Module:
     meta = [n for n, t in model.state_dict().items() if t.is_meta]
     if meta:
         raise UserCodeError(
-            f"--model {spec!r}: its tensors are on the meta device ({', '.join(meta[:4])}): they "
+            f"--model {spec!r}: its tensors are on the meta device ({listed(meta)}): they "
             "hold no values for bertconv to load into. Build the model on the CPU"
         )
     with guarded(spec, "putting it in eval mode"):
@@ -180,8 +180,10 @@ def load_weights(
     if missing or result.unexpected_keys or wrong:
         raise CheckpointError(
             f"--model {spec!r}: the table's names do not fit the model: missing "
-            f"{missing[:8]}, unexpected {result.unexpected_keys[:8]}, shapes "
-            f"{wrong[:4]}. Check the table (`bertconv infer` writes one for your model)."
+            f"[{listed(map(repr, missing))}], unexpected "
+            f"[{listed(map(repr, result.unexpected_keys))}], shapes "
+            f"[{listed(map(repr, wrong))}]. Check the table (`bertconv infer` writes one for your "
+            "model)."
         )
 
 

@@ -25,7 +25,7 @@ import torch
 from .. import catalog, storage
 from ..catalog import ENCODER
 from ..config import BertConfig
-from ..errors import NotBertError, UsageError
+from ..errors import NotBertError, UsageError, listed
 from ..family import bert_config_dict
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
@@ -261,7 +261,7 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     if unnamable:  # a table reads braces as {layer}, and holds printable names only
         raise UsageError(
             f"--model {spec!r}: names tensors no table can hold "
-            f"({', '.join(map(repr, unnamable[:4]))}): braces are a table's {{layer}}, and a "
+            f"({listed(map(repr, unnamable))}): braces are a table's {{layer}}, and a "
             "name must be printable; rename the module or parameter"
         )
     _refuse_stacked(tensors, config, spec)
@@ -282,7 +282,7 @@ def _refuse_stacked(tensors: dict, config: BertConfig, spec: str) -> None:
     ]
     if stacked:
         raise NotBertError(
-            f"{spec}: holds every layer's weights in one tensor ({', '.join(stacked[:4])}): a "
+            f"{spec}: holds every layer's weights in one tensor ({listed(stacked)}): a "
             "table maps one tensor per layer; register a tensor per layer (an nn.ParameterList)"
         )
 
@@ -438,7 +438,7 @@ class Search:
             return ()
         return tuple(left), (
             "no part of BERT fits its tensors "
-            f"{', '.join(left[:8])}{', ...' if len(left) > 8 else ''}: BERT's encoder, pooler and "
+            f"{listed(left)}: BERT's encoder, pooler and "
             "heads have no such tensor (another architecture, a part BERT lacks, or a head of the "
             "pooled output that neither config.json's architectures nor its name places)"
         )

@@ -7,7 +7,7 @@ import torch
 from ..config import BertConfig
 from ..errors import UsageError
 from ..mapping import Table
-from ..outputs import EMBEDDINGS, POOLER, Head, Output, layer
+from ..outputs import EMBEDDINGS, POOLER, Head, Note, Output, layer
 from .harness import Run
 from .trace import tensors_in
 
@@ -98,7 +98,7 @@ def outputs_of(
     return named, unused
 
 
-def misread_pooler(run: Run, found: dict[Output, set[str]], named: dict) -> str | None:
+def misread_pooler(run: Run, found: dict[Output, set[str]], named: dict) -> Note | None:
     """Why the pooler the model computes is not one vector per sequence, where it is not: what
     its dense layer reads (x[0], one sequence's tokens, for x[:, 0], each one's first)."""
     value, rows = named.get(POOLER), run.batch["input_ids"].reshape(-1, _tokens(run)).shape[0]
@@ -111,7 +111,7 @@ def misread_pooler(run: Run, found: dict[Output, set[str]], named: dict) -> str 
     what = f"a tensor of shape {tuple(read.shape)}"
     if tuple(read.shape) == (_tokens(run), hidden):
         what = "one sequence's tokens (tokens, hidden), x[0] for x[:, 0]?"
-    return (
+    return Note(
         f"pooler: your model's pooler reads {what}, where BERT's reads the first token of each "
         "sequence (batch, hidden): it computes no pooled output (the row: NaN)"
     )
@@ -155,7 +155,7 @@ def head_rows(group: str, value: torch.Tensor, heads: list[Head], mask: torch.Te
     return out
 
 
-def returned(run: Run, named: dict, lenient: bool) -> tuple[dict, list[str]]:
+def returned(run: Run, named: dict, lenient: bool) -> tuple[dict, list[Note]]:
     """What the forward returned, set against what each tensor stands for: per token and of
     hidden size, the last layer (in a list of one per layer, or + 1, each hidden state in turn);
     per sequence and of hidden size, the pooler; else the head of its shape. Gives {output: the
@@ -180,20 +180,17 @@ def returned(run: Run, named: dict, lenient: bool) -> tuple[dict, list[str]]:
     if not stands_for and not (lenient and any(True for _ in tensors_in(run.output))):
         wrong[last] = torch.full_like(named[last], float("nan"))
         what = f"{type(run.output).__name__}, nothing that stands for a compared output"
-        notes.append(f"{last} as computed inside: your forward returns {what} (the row: NaN)")
+        notes.append(Note(f"your forward returns {what} (the row: NaN)", (last,)))
     return wrong, _together(notes)
 
 
-def _together(notes: list[str]) -> list[str]:
+def _together(notes: list[Note]) -> list[Note]:
     """Each note once, and the outputs that one note is said of named in one (layers 1-6)."""
-    said: dict[str, list[str]] = {}
+    said: dict[Note, tuple[Output, ...]] = {}
     for note in dict.fromkeys(notes):
-        label, _, rest = note.partition(" as computed inside: ")
-        said.setdefault(rest or note, []).append(label if rest else "")
-    return [
-        f"{', '.join(labels)} as computed inside: {rest}" if labels[0] else rest
-        for rest, labels in said.items()
-    ]
+        alone = Note(note.text)
+        said[alone] = said.get(alone, ()) + note.inside
+    return [Note(note.text, inside) for note, inside in said.items()]
 
 
 def _standing_for(output, named: dict, last: Output, mask: torch.Tensor) -> dict[Output, list]:
@@ -228,14 +225,19 @@ def _set_against(label: Output, values: list, named: dict, dtype) -> tuple:
     head's log-softmax or softmax (the logits compared where computed)."""
     inside = named[label]
     notes = [
-        f"{label}: your forward returns it in {_dtype(v)}, rounded from the {_dtype(dtype)} it "
-        "computes in: compared as returned"
+        Note(
+            f"{label}: your forward returns it in {_dtype(v)}, rounded from the {_dtype(dtype)} "
+            "it computes in: compared as returned"
+        )
         for v in values[:1]
         if v.is_floating_point() and v.dtype != dtype and dtype != torch.float64
     ]
     if any(_equal_to(v, {label: inside}) for v in values):
         return None, notes + [
-            f"{label}: beside it your forward returns {_what(v, named, beside=True)} (not compared)"
+            Note(
+                f"{label}: beside it your forward returns {_what(v, named, beside=True)} "
+                "(not compared)"
+            )
             for v in values
             if not _equal_to(v, {label: inside})
         ]
@@ -243,9 +245,10 @@ def _set_against(label: Output, values: list, named: dict, dtype) -> tuple:
     if notes:
         return value.to(inside.dtype), notes
     if not label.hidden and label != POOLER and (how := _normalised(value, inside)):
-        return None, [f"{label}: your forward returns their {how}; compared where it computes them"]
+        said = f"{label}: your forward returns their {how}; compared where it computes them"
+        return None, [Note(said)]
     return value.to(inside.dtype), [
-        f"{label} as computed inside: your forward returns {_what(value, named)} in its place"
+        Note(f"your forward returns {_what(value, named)} in its place", (label,))
     ]
 
 
