@@ -20,13 +20,12 @@ from typing import NamedTuple
 
 from . import mappings
 from .config import CARRIED, NOT_BERT, SIZES, BertConfig
-from .errors import CheckpointError, TableError
+from .errors import CheckpointError, TableError, listed
 
 ARCHITECTURES = Path(mappings.__file__).parent / "architectures"  # one file per model_type
 BASE = "bert"  # the catalog the others extend
 ENCODER = "encoder"
 RELATIVE = "relative"  # the encoder's relative position embeddings, where config.json has them
-LISTED = 12  # problems named in one error
 MAX_DIM = 1 << 24
 DERIVED = ("attention_head_size", "relative_distances")  # sizes BertConfig computes
 KEYS = {"model_type": str, "config_class": str, ENCODER: dict, RELATIVE: dict,
@@ -206,8 +205,8 @@ def of(model_type: str) -> Architecture:
     catalog = _extended(path)
     problems = _problems(catalog, path)
     if problems:
-        lines = [f"  {key}: {problem}" for key, problem in problems[:LISTED]]
-        raise TableError(f"{path}: not a valid architecture:\n" + "\n".join(lines))
+        lines = [f"{key}: {problem}" for key, problem in problems]
+        raise TableError(f"{path}: not a valid architecture:\n  " + listed(lines, "\n  "))
     if model_type != path.stem:  # another type of the same architecture
         catalog = _renamed(catalog, model_type)
     return _architecture(catalog, model_type, path.stem)

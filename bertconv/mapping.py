@@ -13,7 +13,7 @@ from typing import NamedTuple
 from . import catalog, tables
 from .catalog import ENCODER, RELATIVE, Architecture, config_key, sections
 from .config import BertConfig
-from .errors import CheckpointError, NotBertError, TableError, UsageError
+from .errors import CheckpointError, NotBertError, TableError, UsageError, listed
 from .tables import (
     MAX_GENERATED_ELEMENTS,
     OFFICIAL,
@@ -249,9 +249,9 @@ def _identify_model(
         if given:
             raise CheckpointError(
                 f"--model {spec!r}: the table's names do not fit the model: the model has "
-                f"{sorted(names - written)[:8]}, which the table does not name; the table names "
-                f"{sorted(written - names - buffers)[:8]}, which the model lacks. Check the table "
-                "(`bertconv infer` writes one for your model)."
+                f"{listed(sorted(names - written)) or 'none'}, which the table does not name; the "
+                f"table names {listed(sorted(written - names - buffers)) or 'none'}, which the "
+                "model lacks. Check the table (`bertconv infer` writes one for your model)."
             )
     refused = recognised_only(shapes)
     if refused is not None:  # BERT-pytorch's names: a model bertconv knows is not BERT
