@@ -5,7 +5,7 @@ own BERT (bertconv.yours), which read the same outputs from a trace.
 
 import inspect
 import math
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -182,3 +182,23 @@ class Runner:
     def what_head_reads(self, row: Output, batch: dict) -> list[Note]:
         """Where a head's row fails, what the head reads, where that is not what BERT's does."""
         return []
+
+
+def looked_up(computed: dict, dtypes: list, batches) -> dict[Output, torch.Tensor]:
+    """transformers' outputs on `batches`, each in its dtype, as computed before the user's code
+    ran."""
+    keys = [(t, key(b)) for t, b in zip(dtypes, batches, strict=True)]
+    if not all(k in computed for k in keys):
+        raise RuntimeError("verify: a batch differs from every form transformers computed")
+    return {o: torch.cat([computed[k][o] for k in keys]) for o in computed[keys[0]]}
+
+
+@contextmanager
+def no_tf32():
+    """float32 means float32: TF32 matmuls would add ~1e-3 of error on Ampere and later GPUs."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -9,7 +9,6 @@ Only real (non-padded) positions are compared: padding positions carry no meanin
 """
 
 import math
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -20,13 +19,23 @@ from .batches import RANDOM, Batch, inputs, left_padded, pattern
 from .checkpoint import Checkpoint, read_checkpoint
 from .convert import FITTING, Reading, convert_reading
 from .errors import CheckpointError, UsageError
-from .family import as_bert, left_out
 from .mapping import layout
-from .outputs import POOLER, Note, Output, Runner, cast_order, heads, key, truth
+from .outputs import (
+    POOLER,
+    Note,
+    Output,
+    Runner,
+    cast_order,
+    heads,
+    key,
+    looked_up,
+    no_tf32,
+    truth,
+)
 from .reference import implements, imported, reference_model
-from .yours.adapter import Yours, diagnosis
+from .yours.adapter import diagnosis, yours
 from .yours.diagnose import Diagnosis
-from .yours.fence import APPLIED, unpatch
+from .yours.fence import unpatch
 from .yours.harness import Harness, Plan
 
 FLOAT32_MAX_ABS = 1e-5
@@ -138,39 +147,12 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     # float32 for every batch: a batch run in float64 is run in float32 too (_in_float32_too)
     wanted = [(b, {runs[id(b)], truth(runs[id(b)]), torch.float32}) for b in batches]
     computed = _reference(ckpt, reading, wanted + [(left, {torch.float32})] * bool(left), dev)
-    if model is None:
-        bertconv = layout("bertconv", ckpt.config)
-        conversion = convert_reading(reading, ckpt.config, bertconv, FITTING)
-        ours = Ours(build(conversion, ckpt.config), heads(conversion.model_class, arch))
-        name = conversion.model_class
-    else:
-        # a from-scratch BERT holds a RoBERTa (ELECTRA, DistilBERT) as BERT: family.py
-        ours, name = Yours(*as_bert(ckpt, reading), model, model_layout), model
-        kind = arch.model_type
-        placeless = left_out(ckpt, reading)
-        no_place = "'s head has no place in BERT (not compared)"
-        ours.notes += [Note(f"{g}: {kind}{no_place}") for g in placeless]
-        patches = [f"the model's module replaces {'.'.join(k)}" for k in APPLIED]
-        ours.notes[:0] = [Note(f"{p} (transformers' outputs computed without it)") for p in patches]
+    ours, name = _ours(ckpt, reading, model, model_layout)
     prepared = [ours.prepare(b.tensors) for b in batches]
     kinds = list(dict.fromkeys(b.kind for b in batches))
     longest = max(b.longest for b in batches)
     report = Report(src.name, name, str(dev), dtype, kinds, longest, nonfinite=nonfinite)
-    with _no_tf32():
-        got = ours.run(prepared, dev, [runs[id(b)] for b in batches])
-        ours.reference_seeded(computed, prepared, dev)
-        expected = _looked_up(computed, [truth(t) for t in ours.dtypes], prepared)
-        low = None if dtype == "float32" else _looked_up(computed, ours.dtypes, prepared)
-        # Every output both models have: a user's model may have no pooler. A hidden state it
-        # never computes (its anchors unused in every batch) is a row that fails.
-        got |= {k: torch.tensor(math.nan) for k in expected if k.hidden and k not in got}
-        both = [k for k in expected if k in got]
-        for k in both:
-            if low is None:
-                report.rows.append(_row(k, got[k], expected[k], FLOAT32_MAX_ABS))
-            else:
-                own = (low[k] - expected[k]).abs().max().item()
-                report.rows.append(_row(k, got[k], expected[k], LOW_PRECISION_FACTOR * own, own))
+    both = _compared(report, ours, computed, prepared, [runs[id(b)] for b in batches], dev)
     kinds64 = (b.kind for b, t in zip(batches, ours.dtypes, strict=True) if t == torch.float64)
     report.in_float64 = list(dict.fromkeys(kinds64))
     rows = zip(both, report.rows, strict=True)
@@ -182,7 +164,7 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
         expected_each = _each(computed, ours, prepared, failing)
         taken_apart = not nonfinite and ours.differs_inside(failing, expected_each, FLOAT32_MAX_ABS)
     # runs the model again: after what looks at the runs above
-    with _no_tf32():
+    with no_tf32():
         again = _in_float32_too(ours, computed, prepared, both, report.rows, dev)
     report.float32_full = again
     if again is not None and not again.passed and failing is None:
@@ -194,11 +176,42 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
             )
         )
     if left is not None:
-        ours.notes += _left_padded(ours, computed, ours.prepare(left.tensors), dev, kind)
+        ours.notes += ours.left_padded(computed, left, dev, FLOAT32_MAX_ABS, arch.model_type)
     report.notes = [str(note) for note in ours.notes]
     if taken_apart:
         report.diagnosis = ours.diagnose(failing, prepared, ckpt)
     return report, ckpt.seen
+
+
+def _ours(ckpt: Checkpoint, reading: Reading, model: str | None, model_layout) -> tuple:
+    """The model compared, and its name: bertconv's holding the checkpoint, or the user's."""
+    if model is not None:
+        return yours(ckpt, reading, model, model_layout), model
+    bertconv = layout("bertconv", ckpt.config)
+    conversion = convert_reading(reading, ckpt.config, bertconv, FITTING)
+    arch = reading.table.architecture
+    ours = Ours(build(conversion, ckpt.config), heads(conversion.model_class, arch))
+    return ours, conversion.model_class
+
+
+def _compared(report: Report, ours: Runner, computed, prepared: list, dtypes: list, dev) -> list:
+    """The model run on every batch, each in its dtype, and a row for every output both models
+    have (a user's model may have no pooler; a hidden state it never computes, its anchors
+    unused in every batch, is a row that fails): the outputs, in the rows' order."""
+    with no_tf32():
+        got = ours.run(prepared, dev, dtypes)
+        ours.reference_seeded(computed, prepared, dev)
+    expected = looked_up(computed, [truth(t) for t in ours.dtypes], prepared)
+    low = None if report.dtype == "float32" else looked_up(computed, ours.dtypes, prepared)
+    got |= {k: torch.tensor(math.nan) for k in expected if k.hidden and k not in got}
+    both = [k for k in expected if k in got]
+    for k in both:
+        if low is None:
+            report.rows.append(_row(k, got[k], expected[k], FLOAT32_MAX_ABS))
+        else:
+            own = (low[k] - expected[k]).abs().max().item()
+            report.rows.append(_row(k, got[k], expected[k], LOW_PRECISION_FACTOR * own, own))
+    return both
 
 
 def _in_float32_too(ours: Runner, computed: dict, prepared: list, outputs, rows, device):
@@ -212,7 +225,7 @@ def _in_float32_too(ours: Runner, computed: dict, prepared: list, outputs, rows,
     if not at or not keys:
         return None
     got = ours.run(at, device, [torch.float32] * len(at))
-    expected = _looked_up(computed, [torch.float32] * len(at), at)
+    expected = looked_up(computed, [torch.float32] * len(at), at)
     diffs = [(got[k] - expected[k]).abs().flatten() for k in keys if k in got]
     diff = torch.cat(diffs) if diffs else torch.tensor([math.nan])
     name = "in float32"  # the batches of every position
@@ -230,7 +243,7 @@ def _run_in(batch: Batch, dtype: torch.dtype) -> torch.dtype:
 def _each(computed: dict, ours: Runner, prepared: list, output: Output) -> list:
     """transformers' `output` on each batch, against what the model ran in there."""
     dtypes = [truth(t) for t in ours.dtypes]
-    return [_looked_up(computed, [t], [b])[output] for t, b in zip(dtypes, prepared, strict=True)]
+    return [looked_up(computed, [t], [b])[output] for t, b in zip(dtypes, prepared, strict=True)]
 
 
 def _batches_differing(output: Output, ours: "Ours", computed: dict, prepared, batches):
@@ -238,7 +251,7 @@ def _batches_differing(output: Output, ours: "Ours", computed: dict, prepared, b
     shape right the first time and wrong when it comes again padded otherwise, or a length."""
     differs = []
     for tensors, got, t in zip(prepared, ours.per_batch, ours.dtypes, strict=True):
-        expected = _looked_up(computed, [t], [tensors]).get(output)
+        expected = looked_up(computed, [t], [tensors]).get(output)
         value = got.get(output)
         close = (
             value is not None
@@ -249,26 +262,6 @@ def _batches_differing(output: Output, ours: "Ours", computed: dict, prepared, b
         differs.append(not close)
     said = pattern(batches, differs)
     return [Note(f"{output}: {said}")] if said else []
-
-
-def _left_padded(ours, computed: dict, batch: dict, device, model_type: str) -> list[Note]:
-    """A note (never a failure) where the user's model differs on a left-padded batch."""
-    with _no_tf32():
-        got = ours.run([batch], device, [torch.float32])
-    expected = _looked_up(computed, [torch.float32], [batch])
-    worst = max(
-        ((float((got[k] - expected[k]).abs().max()), k) for k in expected if k.hidden and k in got),
-        default=(0.0, None),
-    )
-    if not worst[0] > FLOAT32_MAX_ABS:
-        return []
-    return [
-        Note(
-            f"a left-padded batch: your model differs (max abs {worst[0]:.1e} at {worst[1]}). "
-            f"It numbers positions from 0 where {model_type} counts them from the first real "
-            "token; the verdict comes from right-padded batches, where the two agree"
-        )
-    ]
 
 
 def _reference(ckpt, reading: Reading, wanted: list, device) -> dict[tuple, dict]:
@@ -286,7 +279,7 @@ def _reference(ckpt, reading: Reading, wanted: list, device) -> dict[tuple, dict
         for prepared in (form.prepare(batch.tensors) for form in forms):
             runs.setdefault(key(prepared), (prepared, set()))[1].update(dtypes)
     order = sorted({t for _, ts in runs.values() for t in ts}, key=cast_order)
-    with _no_tf32():
+    with no_tf32():
         try:
             return {
                 (t, k): theirs.run([b], device, [t])
@@ -303,15 +296,6 @@ def _reference(ckpt, reading: Reading, wanted: list, device) -> dict[tuple, dict
             ) from None
 
 
-def _looked_up(computed: dict, dtypes: list, batches) -> dict[Output, torch.Tensor]:
-    """transformers' outputs on `batches`, each in its dtype, as computed before the user's code
-    ran."""
-    keys = [(t, key(b)) for t, b in zip(dtypes, batches, strict=True)]
-    if not all(k in computed for k in keys):
-        raise RuntimeError("verify: a batch differs from every form transformers computed")
-    return {o: torch.cat([computed[k][o] for k in keys]) for o in computed[keys[0]]}
-
-
 class Ours(Runner):
     """bertconv's model (or transformers', for the reference)."""
 
@@ -325,14 +309,3 @@ class Ours(Runner):
 def _row(output: Output, got, expected, limit, reference_max_abs=None) -> Comparison:
     diff = (got - expected).abs()
     return Comparison(str(output), diff.max().item(), diff.mean().item(), limit, reference_max_abs)
-
-
-@contextmanager
-def _no_tf32():
-    """float32 means float32: TF32 matmuls would add ~1e-3 of error on Ampere and later GPUs."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

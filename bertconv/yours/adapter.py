@@ -12,19 +12,46 @@ import torch
 
 from .. import storage
 from ..api import build
-from ..batches import RANDOM_LENGTH, SEED, positions, random_batch
+from ..batches import RANDOM_LENGTH, SEED, Batch, positions, random_batch
 from ..checkpoint import Checkpoint
 from ..config import BertConfig
 from ..convert import Reading, Selection, convert_reading
 from ..errors import CheckpointError, UserCodeError, listed
+from ..family import as_bert, left_out
 from ..mapping import Table, class_for, identify, layout, other_labels
 from ..model import BertModel
-from ..outputs import POOLER, Note, Output, Runner, cast_order, exact, heads, key, layer, truth
+from ..outputs import (
+    POOLER,
+    Note,
+    Output,
+    Runner,
+    cast_order,
+    exact,
+    heads,
+    key,
+    layer,
+    looked_up,
+    no_tf32,
+    truth,
+)
 from ..reference import reference_model
 from .diagnose import Diagnosis, diagnose
-from .fence import shipped
+from .fence import APPLIED, shipped
 from .harness import load, load_weights
 from .reading import anchors, head_input, misread_pooler, outputs_of, read, returned
+
+
+def yours(ckpt: Checkpoint, reading: Reading, spec: str, table_spec: str | None) -> "Yours":
+    """The user's model (`spec`) as verify runs it on the checkpoint: a from-scratch BERT holds
+    a RoBERTa (ELECTRA, DistilBERT) as BERT (family.py); the checkpoint's heads with no place in
+    BERT, and what the model's module replaced in torch, said."""
+    ours = Yours(*as_bert(ckpt, reading), spec, table_spec)
+    kind = reading.table.model_type
+    no_place = "'s head has no place in BERT (not compared)"
+    ours.notes += [Note(f"{g}: {kind}{no_place}") for g in left_out(ckpt, reading)]
+    patches = [f"the model's module replaces {'.'.join(k)}" for k in APPLIED]
+    ours.notes[:0] = [Note(f"{p} (transformers' outputs computed without it)") for p in patches]
+    return ours
 
 
 class Yours(Runner):
@@ -188,6 +215,27 @@ class Yours(Runner):
             for inside, got, e in parts
             if got  # a batch it ran, not one it raised on
         )
+
+    def left_padded(self, computed: dict, batch: Batch, device, limit: float, kind: str) -> list:
+        """A note (never a failure) where the model differs on a left-padded batch (transformers'
+        outputs on it in `computed`, a checkpoint of type `kind`): the verdict comes from
+        right-padded ones."""
+        prepared = self.prepare(batch.tensors)
+        with no_tf32():
+            got = self.run([prepared], device, [torch.float32])
+        expected = looked_up(computed, [torch.float32], [prepared])
+        hidden = [k for k in expected if k.hidden and k in got]
+        gaps = {k: float((got[k] - expected[k]).abs().max()) for k in hidden}
+        worst = max(gaps, key=gaps.get, default=None)  # the first of equals
+        if worst is None or not gaps[worst] > limit:
+            return []
+        return [
+            Note(
+                f"a left-padded batch: your model differs (max abs {gaps[worst]:.1e} at {worst}). "
+                f"It numbers positions from 0 where {kind} counts them from the first real "
+                "token; the verdict comes from right-padded batches, where the two agree"
+            )
+        ]
 
     def _never_used(self, label: Output) -> None:
         if label.hidden:  # compared with the state the model carries there; the diagnosis says
