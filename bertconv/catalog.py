@@ -259,6 +259,10 @@ def _problems(catalog: dict, path: Path) -> list[tuple[str, str]]:
     problems += [(f"config.{k}", f"one of {', '.join(CONFIG_PARTS)}, each a table")
                  for k, v in catalog.get("config", {}).items()
                  if k not in CONFIG_PARTS or not isinstance(v, dict)]  # fmt: skip
+    problems += [(f"serves.{k}", "a table: prefix (of its classes' names), defaults (a table)")
+                 for k, v in catalog.get("serves", {}).items()
+                 if not isinstance(v, dict) or not isinstance(v.get("prefix"), str)
+                 or not isinstance(v.get("defaults", {}), dict)]  # fmt: skip
     return problems
 
 

@@ -80,3 +80,33 @@ def test_kin_that_is_not_bert_is_refused_quoting_its_type_and_why(
     code, said, err = cli(command, source, *args.get(command, []))
     assert code == 4 and f"model_type={model_type!r}" in err and NOT_BERT[model_type] in err, err
     assert not out.exists() and "Traceback" not in err
+
+
+def test_a_catalog_extending_berts_states_only_what_differs(architectures, checkpoints, tmp_path):
+    """Four lines make a model type: BERT's tensors and classes but the pre-training one, and
+    a config class whose pad id defaults to 3 (read where config.json gives none)."""
+    (architectures / "toybert.toml").write_text(
+        'model_type = "toybert"\nextends = "bert"\nconfig_class = "ToyConfig"\n'
+        'drop = ["classes.BertForPreTraining"]\n[config.defaults]\npad_token_id = 3\n'
+    )
+    toy = catalog.of("toybert")
+    assert "BertForPreTraining" not in toy.classes and "BertForMaskedLM" in toy.classes
+    assert toy.tensors == catalog.of("bert").tensors and toy.config_class == "ToyConfig"
+    assert catalog.read_config({"model_type": "toybert"}).pad_token_id == 3
+    as_toy = bertconv.inspect(_with_type(checkpoints["pretraining"], tmp_path, "toybert"))
+    assert as_toy.model_class is None and "make no BERT class" in as_toy.problems
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('extends = "nosuch"', "extends 'nosuch', which is no other catalog here"),
+        ('extends = "bert"\ndrop = ["groups.nosuch"]', "drop 'groups.nosuch'"),
+        ('extends = "bert"\n[serves]\ntoy2 = "Toy2"', "serves.toy2: a table"),
+        ('extends = "bert"\n[config.renamed]\nhidden_size = "dim"', "config.renamed: one of"),
+    ],
+)
+def test_a_catalog_extending_another_is_held_to_its_schema(architectures, text, problem):
+    (architectures / "toybert.toml").write_text(f'model_type = "toybert"\n{text}\n')
+    with pytest.raises(TableError, match=problem.replace("(", r"\(")):
+        catalog.of("toybert")
