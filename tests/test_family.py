@@ -228,3 +228,21 @@ def test_verify_tokenizes_with_a_roberta_tokenizer_within_its_positions(tmp_path
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     code, out, err = cli("verify", tmp_path, "--device", "cpu")
     assert code == 0 and "inputs: tokenized text, random ids" in out and "PASSED" in out, out + err
+
+
+@pytest.mark.parametrize("name", ["ElectraModel", "DistilBertForMaskedLM"])
+def test_a_bert_with_a_pooler_on_a_checkpoint_without_one_has_its_encoder_compared(
+    name, family, tmp_path, cli
+):
+    """ELECTRA and DistilBERT have no pooler: a from-scratch BERT with one is not refused; its
+    encoder is compared and its pooler said to be absent (it was exit 4: "the layout's model
+    cannot do without the pooler")."""
+    from pathlib import Path
+
+    zoo, table = Path(__file__).parent / "zoo" / "family_bert.py", tmp_path / "table.toml"
+    config = family[name] / "config.json"
+    assert cli("infer", f"{zoo}:PooledBert", "--config", config, "--out", table)[0] == 0
+    code, out, err = cli("verify", family[name], "--model", f"{zoo}:PooledBert", "--layout", table)
+    assert code == 0 and "PASSED" in out, out + err
+    assert "pooler: the checkpoint has none (not compared" in out
+    assert not any(line.startswith("pooler ") for line in out.splitlines())

@@ -67,6 +67,10 @@ class Yours(Runner):
         buffers = frozenset(n for n, _ in model.named_buffers())
         found = identify(shapes, ckpt.config, table_name, buffers=buffers, source=spec)
         table, groups = layout(found.layout, ckpt.config), found.groups
+        # A checkpoint without a pooler (ELECTRA's, DistilBERT's, a masked LM's): the model's
+        # encoder is compared, its pooler said to be absent, not the model refused.
+        poolerless = "pooler" in table.requires and "pooler" not in reading.groups
+        table = replace(table, requires=table.requires - {"pooler"}) if poolerless else table
         self.table = table
         kept, self.reading = groups & reading.groups, reading
         _misplaced(table, ckpt.config, (reading.groups - kept, groups - kept), shapes, spec)
@@ -80,6 +84,9 @@ class Yours(Runner):
         absent -= _head_names(table, ckpt.config, compared_groups)
         load_weights(model, spec, self._tensors(), absent | table.own)
         self.notes = _not_compared(table, ckpt.config, groups - compared_groups, compared_groups)
+        if poolerless:
+            kept_own = "not compared; your model keeps its own weights"
+            self.notes.insert(0, Note(f"pooler: the checkpoint has none ({kept_own})"))
         self.notes += [
             Note(
                 f"{g}: the checkpoint has none: compared with seeded weights, the same given to "
