@@ -23,6 +23,7 @@ EXPECTED = {
     "relu": ("layer 1", "activation", 'ReLU ("relu")'),
     "scale_d": ("layer 1", "attention", "scaling: the scores divided by the head size"),
     "no_scale": ("layer 1", "attention", "scaling left out"),
+    "fixed_scale": ("layer 1", "attention", "a fixed 8 (sqrt(64): BERT-base's heads)"),
     "no_mask": ("layer 1", "attention", "no padding mask"),
     "inverted_mask": ("layer 1", "attention", "mask inverted"),
     "query_mask": ("layer 1", "attention", "applied to the queries"),

@@ -20,6 +20,7 @@ DEVIATIONS = (
     "relu",
     "scale_d",  # scores / d
     "no_scale",
+    "fixed_scale",  # scores * 0.125, right for heads of 64 only
     "no_mask",
     "inverted_mask",
     "query_mask",  # the mask applied to the queries
@@ -130,7 +131,7 @@ class Bert(nn.Module):
         q = split(self.dense(x, s.query, transposed=self.bug == "transposed"))
         k, v = split(self.dense(x, s.key)), split(self.dense(x, s.value))
         scores = (k @ q.transpose(-1, -2)) if self.bug == "swap_qk" else q @ k.transpose(-1, -2)
-        scale = {"scale_d": d, "no_scale": 1.0}.get(self.bug, math.sqrt(d))
+        scale = {"scale_d": d, "no_scale": 1.0, "fixed_scale": 8.0}.get(self.bug, math.sqrt(d))
         scores = scores / scale
         keep = mask.bool()
         if self.bug == "inverted_mask":
