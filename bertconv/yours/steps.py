@@ -379,10 +379,6 @@ def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig)
         f"{scaling} sqrt(hidden_size), not sqrt(head size)": dict(
             divisor=math.sqrt(config.hidden_size)
         ),
-        # 1/8 written in: BERT-base's sqrt(64), right for heads of 64 only
-        f"{scaling} a fixed 8 (sqrt(64): BERT-base's heads), not sqrt(head size {d})": dict(
-            divisor=8.0
-        ),
         "no padding mask on the keys (no mask, or one applied to the queries)": dict(keys="none"),
         "the mask inverted (the padding attended to, the tokens masked)": dict(keys="inverted"),
         "the softmax over the queries (dim -2), not the keys": dict(axis=-2),
@@ -391,6 +387,10 @@ def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig)
         ),
         EXCHANGED: dict(swap=True),
     }
+    if d != 64:  # 1/8 written in: BERT-base's sqrt(64), right for heads of 64 only
+        ways[f"{scaling} a fixed 8 (sqrt(64): BERT-base's heads), not sqrt(head size {d})"] = dict(
+            divisor=8.0
+        )
     return {cause: lambda how=how: attend(sa, own, mask, **how) for cause, how in ways.items()}
 
 
