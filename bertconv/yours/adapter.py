@@ -226,7 +226,8 @@ class Yours(Runner):
     def left_padded(self, computed: dict, batch: Batch, device, limit: float, kind: str) -> list:
         """A note (never a failure) where the model differs on a left-padded batch (transformers'
         outputs on it in `computed`, a checkpoint of type `kind`): the verdict comes from
-        right-padded ones."""
+        right-padded ones. The cause is said only where recomputed: bertconv's BERT, holding
+        the same weights and numbering positions from 0, computes what the model computes."""
         prepared = self.prepare(batch.tensors)
         with no_tf32():
             got = self.run([prepared], device, [torch.float32])
@@ -234,7 +235,7 @@ class Yours(Runner):
         hidden = [k for k in expected if k.hidden and k in got]
         gaps = {k: float((got[k] - expected[k]).abs().max()) for k in hidden}
         worst = max(gaps, key=gaps.get, default=None)  # the first of equals
-        if worst is None or not gaps[worst] > limit:
+        if worst is None or not gaps[worst] > limit or not self._from_zero(prepared, got, limit):
             return []
         return [
             Note(
@@ -243,6 +244,17 @@ class Yours(Runner):
                 "token; the verdict comes from right-padded batches, where the two agree"
             )
         ]
+
+    def _from_zero(self, prepared: dict, got: dict, limit: float) -> bool:
+        """Does bertconv's BERT (positions from 0), holding the model's weights as read, compute
+        the model's hidden states on `prepared`?"""
+        ckpt = self.ckpt
+        table, chosen = layout("bertconv", ckpt.config), Selection("exactly", self.reading.groups)
+        bert = build(convert_reading(self.reading, ckpt.config, table, chosen), ckpt.config)
+        with no_tf32():
+            ours, _ = Runner(bert, []).run_one(prepared, torch.device("cpu"), torch.float32)
+        hidden = [k for k in ours if k.hidden and k in got]
+        return bool(hidden) and all(float((got[k] - ours[k]).abs().max()) <= limit for k in hidden)
 
     def _never_used(self, label: Output) -> None:
         if label.hidden:  # compared with the state the model carries there; the diagnosis says
