@@ -136,11 +136,14 @@ class Yours(Runner):
 
     def diagnose(self, row: Output, batches, ckpt: Checkpoint) -> Diagnosis | None:
         """Each step recomputed by bertconv's model, holding the checkpoint's weights as read."""
-        ckpt = self.ckpt
-        table = layout("bertconv", ckpt.config)
+        return diagnosis(self.harness, self.table, row, batches, self._bert())
+
+    def _bert(self):
+        """bertconv's BERT holding the model's weights as read (positions from 0)."""
+        config = self.ckpt.config
         chosen = Selection("exactly", self.reading.groups)
-        bertconv = convert_reading(self.reading, ckpt.config, table, chosen)
-        return diagnosis(self.harness, self.table, row, batches, build(bertconv, ckpt.config))
+        held = convert_reading(self.reading, config, layout("bertconv", config), chosen)
+        return build(held, config)
 
     def _tensors(self) -> dict[str, torch.Tensor]:
         return storage.all_to_torch(self.conversion.state_dict)
@@ -248,11 +251,8 @@ class Yours(Runner):
     def _from_zero(self, prepared: dict, got: dict, limit: float) -> bool:
         """Does bertconv's BERT (positions from 0), holding the model's weights as read, compute
         the model's hidden states on `prepared`?"""
-        ckpt = self.ckpt
-        table, chosen = layout("bertconv", ckpt.config), Selection("exactly", self.reading.groups)
-        bert = build(convert_reading(self.reading, ckpt.config, table, chosen), ckpt.config)
         with no_tf32():
-            ours, _ = Runner(bert, []).run_one(prepared, torch.device("cpu"), torch.float32)
+            ours, _ = Runner(self._bert(), []).run_one(prepared, torch.device("cpu"), torch.float32)
         hidden = [k for k in ours if k.hidden and k in got]
         return bool(hidden) and all(float((got[k] - ours[k]).abs().max()) <= limit for k in hidden)
 

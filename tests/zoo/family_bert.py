@@ -22,3 +22,14 @@ class FixedEpsBert(PooledBert):
     def __init__(self, config):
         config.layer_norm_eps = 1e-12
         super().__init__(config)
+
+
+class RightPaddedMaskBert(PooledBert):
+    """Its mask assumes right padding: the first `sum(mask)` tokens are taken as the real ones.
+    Exact on right-padded batches; on a left-padded one it masks the wrong tokens, which is no
+    matter of positions counted from 0."""
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        T = input_ids.shape[1]
+        right = (torch.arange(T) < attention_mask.sum(-1, keepdim=True)).long()
+        return super().forward(input_ids, right, token_type_ids)
