@@ -195,6 +195,7 @@ class Plan:
     mask: str = next(iter(MASKS))  # the form of the mask (MASKS)
     keywords: bool = True  # passed by name (else by position, to a forward(*args))
     packed: bool = False  # passed as one dict, keyed by `arguments`, to a forward(batch: dict)
+    time_major: bool = False  # ids and token types as (T, B), the mask (B, T): nn.Transformer's
 
     @property
     def given(self) -> set[str]:
@@ -331,6 +332,10 @@ class Harness:
         }
         # each call its own copy: a forward may write into what it is given (its mask)
         args = {theirs: values[ours]().clone() for theirs, ours in self.plan.arguments.items()}
+        if self.plan.time_major:  # nn.MultiheadAttention's (T, B); its key_padding_mask (B, T)
+            along = {"input_ids", "token_type_ids", "position_ids"}
+            args = {k: v.T.contiguous() if self.plan.arguments[k] in along else v
+                    for k, v in args.items()}  # fmt: skip
         if self.plan.packed:
             return self.model(args)
         return self.model(**args) if self.plan.keywords else self.model(*args.values())
@@ -383,18 +388,21 @@ def masked(harness: Harness, batch: dict) -> Plan:
     (SAID_MASKS) where it runs with finite outputs; else the first that does and where other
     ids at the padded places change nothing at the tokens (`mask` True at the padding, given 1
     at the tokens, would hide the tokens: the other way round is tried); else none (the model
-    makes it from the pad id); else the first that runs. Where every form raises, the first
+    makes it from the pad id); each tried with the ids batch-major (B, T), then time-major
+    (T, B); else the first that runs. Where every form raises, the first
     error is the model's."""
     first, errors, leaky = harness.plan, [], []
     forms = sorted(MASKS, key=lambda f: f != first.mask) if "attention_mask" in first.given else []
     unmasked = {k: v for k, v in first.arguments.items() if v != "attention_mask"}
-    plans = [replace(first, mask=f) for f in forms] + [replace(first, arguments=unmasked)]
+    plans = [replace(first, mask=f) for f in forms]
+    # time-major (T, B) ids, tried before no mask at all: that runs either way round
+    plans += [replace(p, time_major=True) for p in plans] + [replace(first, arguments=unmasked)]
     said = any(p in SAID_MASKS for p, v in first.arguments.items() if v == "attention_mask")
     for i, plan in enumerate(plans):
         harness.plan = plan
         outputs = _attempt(harness, batch, errors)
         if outputs is not None and all(t.isfinite().all() for t in outputs):
-            if (i == 0 and said) or i == len(forms) or not _leaks(harness, batch, outputs):
+            if (i == 0 and said) or i == len(plans) - 1 or not _leaks(harness, batch, outputs):
                 return plan
             leaky.append(plan)
     harness.plan = (leaky or [first])[0]
