@@ -471,7 +471,8 @@ def _float64(report) -> str:
 
 def format_report(report) -> str:
     low = report.dtype != "float32"
-    head = f"{'':12s} {'max abs':>10s} {'mean abs':>10s} {'limit':>10s}"
+    w = max([12, *(len(row.name) for row in report.rows)])  # the rows' names in one column
+    head = f"{'':{w}s} {'max abs':>10s} {'mean abs':>10s} {'limit':>10s}"
     head += f" {'their error':>13s}" if low else ""
     lines = [
         f"parity of {report.source} ({report.model_class}) on {report.device}, {report.dtype}; "
@@ -480,7 +481,7 @@ def format_report(report) -> str:
         head + "  ok",
     ]
     for row in report.rows:
-        line = f"{row.name:12s} {row.max_abs:10.2e} {row.mean_abs:10.2e} {row.limit:10.2e}"
+        line = f"{row.name:{w}s} {row.max_abs:10.2e} {row.mean_abs:10.2e} {row.limit:10.2e}"
         line += f" {row.reference_max_abs:13.2e}" if low else ""
         lines.append(line + ("  ok" if row.passed else "  FAIL"))
     if (full := report.float32_full) is not None:  # said as a sentence: it is no row
