@@ -27,7 +27,7 @@ from .convert import (
     read_official,
 )
 from .errors import BertconvError, NotFoundError, UsageError
-from .family import as_bert
+from .family import as_bert, for_table
 from .mapping import layout
 from .tables import OFFICIAL, is_table_file, layout_names, read_off, recorded_as, refusal
 
@@ -163,7 +163,9 @@ def _convert_into(
     source = ckpt
     check_convertible(ckpt.layout, to_layout, str(ckpt.path))
     reading = official(ckpt)  # made once, as verify makes it
-    if _held_as_bert(ckpt, to_layout):  # a RoBERTa into a BERT's layout (yours, minbert)
+    if is_table_file(to_layout):  # a table of yours: held as its [holding] says
+        ckpt, reading = for_table(ckpt, reading, to_layout)
+    elif _held_as_bert(ckpt, to_layout):  # a RoBERTa into a BERT's layout (minbert)
         ckpt, reading = as_bert(ckpt, reading)
     table = layout(to_layout, ckpt.config)
     _check_form(table.format, to_layout, output)
@@ -185,11 +187,10 @@ def _convert_into(
 
 
 def _held_as_bert(ckpt: Checkpoint, to_layout: str) -> bool:
-    """Is `to_layout` a BERT's (a table of yours, minbert) that `ckpt`'s type (RoBERTa, ELECTRA,
+    """Is `to_layout` a shipped BERT's (minbert) that `ckpt`'s type (RoBERTa, ELECTRA,
     DistilBERT) has none of: written as a BERT holds it (family.py)?"""
     kind = ckpt.config.model_type
-    own = is_table_file(to_layout) or to_layout not in layout_names(kind)
-    return own and ckpt.architecture.bert is not None
+    return to_layout not in layout_names(kind) and ckpt.architecture.bert is not None
 
 
 def _check_form(form: str, to_layout: str, output: files.Output) -> None:

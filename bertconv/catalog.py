@@ -48,6 +48,8 @@ MERGED_TWICE = ("units", "config")
 # values no config.json changes; the type's config class's defaults, where not BERT's.
 CONFIG_PARTS = ("aliases", "fields", "fixed", "defaults")
 AFTER_PAD = "after the pad id"  # RoBERTa's: real tokens counted from pad_token_id + 1
+FROM_ZERO = "from 0"  # BERT's: every token counted from 0
+TOKEN_TYPES = "token type embeddings"  # the unit a config without token types leaves out
 
 
 class ClassSpec(NamedTuple):
@@ -59,6 +61,7 @@ class ClassSpec(NamedTuple):
     outputs: tuple[tuple[str, str, bool], ...]
     bertconv: str
     pooler: bool
+    scores: frozenset[str] = frozenset()  # rows of one number per token ("score": ELECTRA's)
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,6 +108,12 @@ class Architecture:
         """The official tensors of the encoder and `groups`, with the shapes config.json implies."""
         return _shapes(self, config_key(config), tuple(groups))
 
+    @cached_property
+    def token_type_tensors(self) -> frozenset[str]:
+        """The encoder's tensors of the token type embeddings (none in DistilBERT's)."""
+        unit = self.units.get(TOKEN_TYPES)
+        return frozenset(n for n in self.tensors[ENCODER] if unit and n.startswith(unit["prefix"]))
+
     def relative_names(self, config: BertConfig) -> frozenset[str]:
         """The official names of relative position embeddings' tensors, for config's layers,
         whether or not config.json asks for them."""
@@ -143,8 +152,11 @@ def _resolved(d: dict, spec: dict, facts: dict) -> tuple[dict, list[str]]:
 def _shapes(arch: Architecture, key: tuple, groups: tuple[str, ...]) -> dict:
     config = BertConfig(**dict(key))
     out = {}
+    left_out = frozenset() if config.token_types else arch.token_type_tensors
     for group in (ENCODER, *([RELATIVE] if config.relative else []), *groups):
         for pattern, dims in arch.tensors[group].items():
+            if pattern in left_out:
+                continue
             for name in expand(pattern, config.num_hidden_layers):
                 out[name] = tuple(dim(d, config) for d in dims)
     return out
@@ -286,9 +298,10 @@ def _architecture(catalog: dict, model_type: str, family: str) -> Architecture:
     classes = {
         name: ClassSpec(
             tuple(spec["groups"]),
-            tuple((row, output, kind == "token") for row, output, kind in spec["outputs"]),
+            tuple((row, output, kind != "sequence") for row, output, kind in spec["outputs"]),
             spec.get("bertconv", name),
             "pooler" in spec["groups"] or spec.get("pooler", False),
+            frozenset(row for row, _, kind in spec["outputs"] if kind == "score"),
         )
         for name, spec in catalog["classes"].items()
     }
@@ -370,7 +383,7 @@ def _class_problems(classes: dict, groups: set[str]) -> list[tuple[str, str]]:
             problems.append((name, f"groups: a list of groups ({', '.join(sorted(groups))})"))
         elif not isinstance(outputs, list) or not all(_is_output(o, wanted) for o in outputs):
             problems.append(
-                (name, 'outputs: a list of ["GROUP ...", "output", "token"|"sequence"]')
+                (name, 'outputs: a list of ["GROUP ...", "output", "token"|"score"|"sequence"]')
             )
     return problems
 
@@ -381,7 +394,7 @@ def _is_output(output, groups: list[str]) -> bool:
         and len(output) == 3
         and all(isinstance(x, str) for x in output)
         and output[0].split(" ")[0] in groups
-        and output[2] in ("token", "sequence")
+        and output[2] in ("token", "score", "sequence")
     )
 
 

@@ -6,7 +6,7 @@ are tables.py's; what the architecture is, catalog.py's. No tensors here (and no
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from typing import NamedTuple
 
@@ -15,8 +15,10 @@ from .catalog import ENCODER, RELATIVE, Architecture, config_key, sections
 from .config import BertConfig
 from .errors import CheckpointError, NotBertError, TableError, UsageError, listed
 from .tables import (
+    BERT_HOLDING,
     MAX_GENERATED_ELEMENTS,
     OFFICIAL,
+    Holding,
     canonical,
     layout_for_format,
     layout_names,
@@ -74,6 +76,7 @@ class Table:
     write_tied: bool = True  # transformers' classes tie them themselves on loading
     slots: tuple[str, ...] = ()  # a row's name + one of these: an optimizer's slot, skipped
     own: frozenset[str] = frozenset()  # a model's own tensors, from no checkpoint
+    holding: Holding = BERT_HOLDING  # how a from-scratch model holds BERT's family (family.py)
 
     def place(self, name: str) -> str | None:
         """What a file's tensor `name` is in this layout: a `row`, an `alias` of one, a `tied`
@@ -239,7 +242,7 @@ def _identify_model(
     names = set(shapes) - buffers
     tables = [given] if given else [n for n in layout_names(config.model_type) if not refusal(n)]
     for name in tables:
-        table = layout(name, config)
+        table = holding_copies(layout(name, config), names)
         held = _held(table, config, names)
         written = set(table.written(set(table.official_shapes(config, sorted(held))), held))
         written |= set(table.generated) | table.own
@@ -260,6 +263,17 @@ def _identify_model(
         f"--model {spec!r}: no shipped layout names its tensors; give its table with --layout "
         "(`bertconv infer` writes one)"
     )
+
+
+def holding_copies(table: Table, names) -> Table:
+    """`table` for a model whose tensors are `names`: its tied copies written where the model
+    holds them by name (a decoder tied to the word embeddings), though files leave them out,
+    and so the other names of a row the model holds beside it (RoBERTa's `lm_head.decoder.bias`,
+    its `lm_head.bias` too)."""
+    beside = {a: r for a, r in table.aliases.items() if a in names and r in names}
+    if not beside and (table.write_tied or not set(table.tied) & set(names)):
+        return table
+    return replace(table, write_tied=True, tied=table.tied | beside)
 
 
 def _held(table: Table, config: BertConfig, names: set[str]) -> frozenset[str]:
@@ -415,6 +429,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         "slots": tuple(raw.get("slots", [])),
         "write_tied": raw.get("write_tied", True),
         "own": frozenset(own),
+        "holding": Holding.of(raw),
     }
     return Table(
         name,

@@ -12,6 +12,8 @@ import torch
 
 from .catalog import Architecture
 
+FLOAT32_MAX_ABS = 1e-5  # the float32 tolerance: every compared value of a model, against another
+
 
 @dataclass(frozen=True)
 class Output:
@@ -71,6 +73,7 @@ class Head:
     output: Output
     attribute: str
     per_token: bool
+    score: bool = False  # one number per token: a model's (tokens, 1) read as (tokens,)
 
 
 def heads(model_class: str, arch: Architecture) -> list[Head]:
@@ -78,7 +81,12 @@ def heads(model_class: str, arch: Architecture) -> list[Head]:
     each row is named after the group that computes it ("qa start logits": qa's)."""
     spec = arch.classes[model_class]
     return [
-        Head(Output(next(g for g in spec.groups if row.startswith(f"{g} ")), name=row), name, token)
+        Head(
+            Output(next(g for g in spec.groups if row.startswith(f"{g} ")), name=row),
+            name,
+            token,
+            row in spec.scores,
+        )
         for row, name, token in spec.outputs
     ]
 

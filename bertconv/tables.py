@@ -13,11 +13,12 @@ shapes without a config.json.
 
 import re
 import tomllib
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from . import catalog, mappings
-from .catalog import ENCODER, RELATIVE, is_dim, sections, shape_problems
+from .catalog import AFTER_PAD, ENCODER, FROM_ZERO, RELATIVE, is_dim, sections, shape_problems
 from .config import SIZES
 from .errors import CheckpointError, NotFoundError, TableError, UsageError, listed
 from .transforms import REGISTRY
@@ -45,6 +46,7 @@ KEYS = {
     "tied": dict,
     "generated": dict,
     "write_tied": bool,  # are [tied] copies written (true: a user's model holds them by name)
+    "holding": dict,  # how a from-scratch model holds BERT's family (Holding): infer writes it
     # A layout recognised but never converted: why its weights cannot carry over. Its rows are
     # shapes, and map no official tensor.
     REFUSED: str,
@@ -53,6 +55,65 @@ REQUIRED = ("name", "description", ENCODER)
 MAX_NAME = 1024  # characters in a tensor name
 MAX_GENERATED = 16  # buffers a table makes
 MAX_GENERATED_ELEMENTS = 1 << 22  # elements in all of them: 32 MB of int64
+
+
+@dataclass(frozen=True)
+class Holding:
+    """How a from-scratch model holds a checkpoint of BERT's family, as its table's [holding]
+    says (bertconv infer finds it by building the model each way): where its positions count
+    from (`from 0`, BERT's, into a table without RoBERTa's reserved rows; `after the pad id`,
+    RoBERTa's, into every row), and how many rows its token type table has (0: it has none;
+    not given: BERT's two, or the checkpoint's own where it has more); `names`: the model type
+    whose official names its rows give, where they are not BERT's (ELECTRA's: its discriminator
+    has no place in BERT)."""
+
+    positions: str = FROM_ZERO
+    token_types: int | None = None
+    names: str | None = None
+
+    @classmethod
+    def of(cls, table: dict) -> "Holding":
+        return cls(**table.get("holding", {}))
+
+    def recorded(self) -> dict:
+        """As a table's [holding] writes it (BERT's holding: nothing)."""
+        return {k: v for k, v in vars(self).items() if v != getattr(BERT_HOLDING, k)}
+
+
+BERT_HOLDING = Holding()
+
+
+def _holding_problems(table: dict) -> list[tuple[str, str]]:
+    holding = table.get("holding", {})
+    problems = [("holding", f"unknown key {k!r}; one of positions, token_types, names")
+                for k in holding if k not in ("positions", "token_types", "names")]  # fmt: skip
+    if holding.get("positions", FROM_ZERO) not in (FROM_ZERO, AFTER_PAD):
+        problems.append(("holding", f"positions: {FROM_ZERO!r} or {AFTER_PAD!r}"))
+    types = holding.get("token_types", 0)
+    if not isinstance(types, int) or isinstance(types, bool) or not 0 <= types <= 1 << 16:
+        problems.append(("holding", "token_types: the rows of the model's table (0: none)"))
+    if holding.get("names", "bert") not in catalog.model_types():
+        problems.append(("holding", f"names: a model type ({', '.join(catalog.model_types())})"))
+    return problems
+
+
+def holding_of(name: str) -> Holding:
+    """How the model of table `name` holds BERT's family (a shipped layout: as BERT), read
+    before its rows, whose official names it says."""
+    if not is_table_file(canonical(name)):
+        return BERT_HOLDING
+    from .files import open_regular
+
+    source = source_of(name)
+    with open_regular(Path(source[0])) as f:
+        raw = f.read(TABLE_LIMIT + 1)
+    try:
+        table = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        return BERT_HOLDING  # read_table says what is wrong with it
+    if not isinstance(table.get("holding", {}), dict) or _holding_problems(table):
+        return BERT_HOLDING
+    return Holding.of(table)
 
 
 # Reading tables ---------------------------------------------------------------------------------
@@ -106,8 +167,10 @@ def canonical(name: str | None) -> str | None:
     return path.stem if shipped and path.stem in layout_names() else name
 
 
-def raw(name: str, model_type: str = "bert") -> dict:
-    return read(source_of(name), model_type)
+def raw(name: str, model_type: str | None = None) -> dict:
+    """Table `name`, read against the official names of `model_type` (by default, those its
+    [holding] says: BERT's, unless a type's own)."""
+    return read(source_of(name), model_type or holding_of(name).names or "bert")
 
 
 def source_of(name: str) -> str | tuple[str, int, int]:
@@ -178,7 +241,8 @@ def read_table(path: Path, model_type: str = "bert") -> dict:
         table = tomllib.loads(text)
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
         raise TableError(f"{path}: not a TOML table ({e or type(e).__name__})") from None
-    problems = _schema_problems(table) or _content_problems(table, model_type)
+    problems = _schema_problems(table) or _holding_problems(table)
+    problems = problems or _content_problems(table, model_type)
     if problems:
         lines = [f"{_line(text, key)}: {problem}" for key, problem in problems]
         raise TableError(f"{path}: not a valid mapping table:\n  " + listed(lines, "\n  "))
@@ -284,7 +348,10 @@ def _row_problems(table: dict, model_type: str) -> list[tuple[str, str]]:
     """Each row maps one of the layout's names onto official names of its own section: known
     ones, with `{layer}` on both sides or neither, through a known transform, each official
     name claimed once; every encoder tensor claimed, and each group whole or not at all."""
-    official = catalog.of(model_type).tensors
+    arch = catalog.of(model_type)
+    official = arch.tensors
+    # A model with no token type table has no row for them (its table's [holding] says so).
+    optional = arch.token_type_tensors if Holding.of(table).token_types == 0 else frozenset()
     problems, claimed = [], {}
     for group, rows in sections(table):
         if group not in official:
@@ -297,7 +364,7 @@ def _row_problems(table: dict, model_type: str) -> list[tuple[str, str]]:
     if problems:
         return problems
     for group, shapes in official.items():
-        missing = [n for n in shapes if n not in claimed]
+        missing = [n for n in shapes if n not in claimed and n not in optional]
         if missing and (group == ENCODER or len(missing) < len(shapes)):  # [relative]: optional
             problems.append((group, f"no row for {listed(missing)} (a group comes whole)"))
     return problems

@@ -21,6 +21,7 @@ from .convert import FITTING, Reading, convert_reading
 from .errors import CheckpointError, UsageError
 from .mapping import layout
 from .outputs import (
+    FLOAT32_MAX_ABS,
     POOLER,
     Note,
     Output,
@@ -38,7 +39,6 @@ from .yours.diagnose import Diagnosis
 from .yours.fence import unpatch
 from .yours.harness import Harness, Plan
 
-FLOAT32_MAX_ABS = 1e-5
 # The batches of every position compared in float64 are run in float32 too, and held to this:
 # float32's own rounding over them stays far under it (1.2e-5 at most on all-MiniLM-L6-v2's 512
 # positions), half precision inside does not (1e-3 to 1e-2).

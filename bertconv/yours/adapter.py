@@ -16,11 +16,21 @@ from ..batches import RANDOM_LENGTH, SEED, Batch, positions, random_batch
 from ..checkpoint import Checkpoint
 from ..config import BertConfig
 from ..convert import Reading, Selection, convert_reading
-from ..errors import CheckpointError, UserCodeError, listed
-from ..family import as_bert, left_out
-from ..mapping import Table, class_for, identify, layout, other_labels
+from ..errors import BertconvError, CheckpointError, UserCodeError, listed
+from ..family import (
+    factory_dict,
+    held,
+    holdings,
+    left_out,
+    left_out_types,
+    own,
+    same_family,
+)
+from ..mapping import Table, class_for, holding_copies, identify, layout, other_labels
 from ..model import BertModel
 from ..outputs import (
+    EMBEDDINGS,
+    FLOAT32_MAX_ABS,
     POOLER,
     Note,
     Output,
@@ -35,6 +45,7 @@ from ..outputs import (
     truth,
 )
 from ..reference import reference_model
+from ..tables import Holding, holding_of
 from .diagnose import Diagnosis, diagnose
 from .fence import APPLIED, shipped
 from .harness import load, load_weights
@@ -42,16 +53,97 @@ from .reading import anchors, head_input, misread_pooler, outputs_of, read, retu
 
 
 def yours(ckpt: Checkpoint, reading: Reading, spec: str, table_spec: str | None) -> "Yours":
-    """The user's model (`spec`) as verify runs it on the checkpoint: a from-scratch BERT holds
-    a RoBERTa (ELECTRA, DistilBERT) as BERT (family.py); the checkpoint's heads with no place in
-    BERT, and what the model's module replaced in torch, said."""
-    ours = Yours(*as_bert(ckpt, reading), spec, table_spec)
+    """The user's model (`spec`) as verify runs it on the checkpoint, holding it as its table's
+    [holding] says (family.py: a RoBERTa as RoBERTa counts positions, or as a BERT does); with
+    no table, built each way its type allows and held the way that computes the checkpoint's
+    embeddings. The checkpoint's heads with no place in the model, and what the model's module
+    replaced in torch, said."""
+    if table_spec is not None:
+        holding = holding_of(table_spec)
+        if holding.names is not None:  # the rows give the type's own names
+            same_family(ckpt, holding, table_spec)
+        ways = _ways(ckpt, reading, [] if holding.names else [holding], bool(holding.names))
+        ours = Yours(*ways[0][1:], spec, table_spec)
+    else:
+        ours, holding = _each_way(ckpt, reading, spec)
+    ours.types_left_out = left_out_types(ckpt, reading, holding)
     kind = reading.table.model_type
-    no_place = "'s head has no place in BERT (not compared)"
-    ours.notes += [Note(f"{g}: {kind}{no_place}") for g in left_out(ckpt, reading)]
+    if ours.ckpt.architecture.bert is None:  # held under BERT's names: its heads may not fit
+        no_place = "'s head has no place in BERT (not compared)"
+        ours.notes += [Note(f"{g}: {kind}{no_place}") for g in left_out(ckpt, reading)]
+    else:  # under the type's own names: the checkpoint's heads the model has none of
+        none = sorted(reading.groups - ours.conversion.groups - {"pooler"})
+        ours.notes += [Note(f"{g}: the {kind} checkpoint's head; your model has none (not "
+                            "compared)") for g in none]  # fmt: skip
     patches = [f"the model's module replaces {'.'.join(k)}" for k in APPLIED]
     ours.notes[:0] = [Note(f"{p} (transformers' outputs computed without it)") for p in patches]
     return ours
+
+
+def _each_way(ckpt: Checkpoint, reading: Reading, spec: str) -> tuple["Yours", Holding]:
+    """The model built each way its checkpoint's type allows (under BERT's names, held as the
+    type holds its weights, then as a BERT does; under the type's own names), the first whose
+    embeddings compute the checkpoint's on a right-padded batch; else the closest (its rows
+    then fail, and the diagnosis says why)."""
+    family = ckpt.architecture.bert is not None
+    ways = _ways(ckpt, reading, holdings(ckpt.config), own_names=family)
+    batch, expected = random_batch(ckpt.config), None
+    built, errors = [], []
+    for holding, as_held, held_reading in ways:
+        try:
+            ours = Yours(as_held, held_reading, spec, None)
+        except BertconvError as e:
+            errors.append(e)
+            continue
+        if len(ways) == 1:
+            return ours, holding
+        expected = _embeddings(ckpt, reading, batch) if expected is None else expected
+        gap = _embeddings_gap(ours, batch, expected)
+        if gap <= FLOAT32_MAX_ABS:
+            return ours, holding
+        built.append((gap, ours, holding))
+    if not built:
+        raise errors[-1]  # as a BERT holds it: what verify said before the family's ways
+    _, ours, holding = min(built, key=lambda b: b[0])  # the first of equals
+    return ours, holding
+
+
+def _ways(ckpt: Checkpoint, reading: Reading, held_as: list[Holding], own_names=False) -> list:
+    """(holding, checkpoint, reading) for each way: under BERT's names, held as each of
+    `held_as` says, then (`own_names`) under the type's own, its tensors as they are."""
+    ways = [(h, *held(ckpt, reading, h)) for h in held_as]
+    if own_names:
+        mine = replace(own(ckpt.config), names=ckpt.config.model_type)
+        given = factory_dict(ckpt.config_dict, ckpt.config, mine)
+        ways.append((mine, replace(ckpt, config_dict=given), reading))
+    return ways
+
+
+def _embeddings(ckpt: Checkpoint, reading: Reading, batch: dict) -> torch.Tensor:
+    """The checkpoint's embeddings at the real tokens of `batch`, by bertconv's model of its
+    own type (verify proves it computes transformers')."""
+    chosen = Selection("exactly", frozenset())
+    bertconv = convert_reading(reading, ckpt.config, layout("bertconv", ckpt.config), chosen)
+    with no_tf32():
+        out, _ = Runner(build(bertconv, ckpt.config), []).run_one(batch, torch.device("cpu"),
+                                                                  torch.float32)  # fmt: skip
+    return out[EMBEDDINGS]
+
+
+def _embeddings_gap(ours: "Yours", batch: dict, expected: torch.Tensor) -> float:
+    """How far the model's embeddings are from `expected` (inf where it raises, or computes
+    another shape)."""
+    said = list(ours.notes)  # what this run says, the real one says again
+    try:
+        with no_tf32():
+            got = ours.run([ours.prepare(batch)], torch.device("cpu"), [torch.float32])
+    except BertconvError:
+        return math.inf
+    finally:
+        ours.notes = said
+    if EMBEDDINGS not in got or got[EMBEDDINGS].shape != expected.shape:
+        return math.inf
+    return float((got[EMBEDDINGS] - expected).abs().max())
 
 
 class Yours(Runner):
@@ -60,13 +152,15 @@ class Yours(Runner):
     hidden state and head read from a trace of its forward."""
 
     def __init__(self, ckpt: Checkpoint, reading: Reading, spec: str, table_name: str | None):
-        self.ckpt = ckpt  # as the model takes it (family.as_bert)
+        self.ckpt = ckpt  # as the model takes it (family.held)
+        self.types_left_out = 0.0  # the checkpoint's token types, where the model has none
         self.harness = load(spec, ckpt.config_dict, ckpt.config, random_batch(ckpt.config))
         model = self.harness.model
         shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
         buffers = frozenset(n for n, _ in model.named_buffers())
         found = identify(shapes, ckpt.config, table_name, buffers=buffers, source=spec)
-        table, groups = layout(found.layout, ckpt.config), found.groups
+        table = holding_copies(layout(found.layout, ckpt.config), shapes)
+        groups = found.groups
         # A checkpoint without a pooler (ELECTRA's, DistilBERT's, a masked LM's): the model's
         # encoder is compared, its pooler said to be absent, not the model refused.
         poolerless = "pooler" in table.requires and "pooler" not in reading.groups
@@ -128,18 +222,26 @@ class Yours(Runner):
         self.model.to("cpu", torch.float32)
         read = head_input(self.harness.run(batch), self.anchors, names)
         bert = layer(self.ckpt.config.num_hidden_layers) if head.per_token else POOLER
-        if read == bert:
-            return []
+        if read == bert or (read is not None and read.kind in self.conversion.groups):
+            return []  # BERT's, or a part of the head's own class (DistilBERT's pre_classifier)
         what = f"the {read} output" if read else "no output BERT computes"
         said = f"{row}: your model's {row.kind} head reads {what}; BERT's, the {bert} output"
         return [Note(said)]
 
     def diagnose(self, row: Output, batches, ckpt: Checkpoint) -> Diagnosis | None:
-        """Each step recomputed by bertconv's model, holding the checkpoint's weights as read."""
+        """Each step recomputed by bertconv's model, holding the checkpoint's weights as read;
+        first, token type embeddings the model has no table for, where the checkpoint's are not
+        zero (every token's embedding holds them)."""
+        if self.types_left_out > 0 and row.kind in ("embeddings", "layer", "pooler"):
+            return Diagnosis(str(row), None, math.nan, cause=(
+                "your model has no token type embeddings, and the checkpoint's are not zero "
+                f"(max abs {self.types_left_out:.1e}): left out, every token's embedding lacks "
+                "them. Add the token type table (exact where a checkpoint's rows are zeros, "
+                "as converted RoBERTa checkpoints' are)"))  # fmt: skip
         return diagnosis(self.harness, self.table, row, batches, self._bert())
 
     def _bert(self):
-        """bertconv's BERT holding the model's weights as read (positions from 0)."""
+        """bertconv's BERT holding the model's weights as read (its positions as held)."""
         config = self.ckpt.config
         chosen = Selection("exactly", self.reading.groups)
         held = convert_reading(self.reading, config, layout("bertconv", config), chosen)
@@ -251,6 +353,8 @@ class Yours(Runner):
     def _from_zero(self, prepared: dict, got: dict, limit: float) -> bool:
         """Does bertconv's BERT (positions from 0), holding the model's weights as read, compute
         the model's hidden states on `prepared`?"""
+        if self.ckpt.config.positions_after_pad:  # held as RoBERTa counts them: not from 0
+            return False
         with no_tf32():
             ours, _ = Runner(self._bert(), []).run_one(prepared, torch.device("cpu"), torch.float32)
         hidden = [k for k in ours if k.hidden and k in got]

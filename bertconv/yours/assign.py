@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
 
-from ..catalog import ENCODER, Architecture
+from ..catalog import ENCODER, TOKEN_TYPES, Architecture
 from ..config import BertConfig
 from .units import UNUSED, Unit, split_role, words
 
@@ -19,6 +19,7 @@ SEQUENCE = {"nsp": 2, "classifier": None}
 PER_TOKEN = {"token classifier": None, "qa": 2}
 # The query, key and value: read from one input, in any order (a fused unit holds all three).
 ATTENTION = ("query", "key", "value")
+DISCRIMINATOR = "discriminator"  # ELECTRA's head: its role and group
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,12 @@ class Roles:
 
 
 @cache
-def roles(arch: Architecture) -> Roles:
+def roles(arch: Architecture, token_types: bool = True) -> Roles:
+    """`token_types`: False for a model with no token type table (held without: [holding])."""
     shapes = {n: d for g, s in arch.tensors.items() for n, d in s.items()}
-    units = {r: (u["prefix"], u["group"], frozenset(u["hints"])) for r, u in arch.units.items()}
+    left_out = set() if token_types else {TOKEN_TYPES}
+    units = {r: (u["prefix"], u["group"], frozenset(u["hints"]))
+             for r, u in arch.units.items() if r not in left_out}  # fmt: skip
     layer = tuple(r for r, (prefix, _, _) in units.items() if "{layer}" in prefix)
     embeddings = {
         r: shapes[f"{prefix}.weight"][0]
@@ -77,7 +81,7 @@ class Model:
 
     @property
     def roles(self) -> Roles:
-        return roles(self.architecture)
+        return roles(self.architecture, self.config.token_types)
 
     def tables(self) -> dict[tuple[str, int], list[Unit]]:
         """Each embedding's (role, number of rows), with the units outside the layers that can
@@ -207,7 +211,7 @@ def global_choices(model: Model) -> Iterator[Assignment]:
     norms = [u for u in model.outside if is_norm(u, h)]
     options = []
     for embeddings in itertools.product(*tables.values()):
-        if len(set(map(id, embeddings))) < 3:
+        if len(set(map(id, embeddings))) < len(tables):
             continue
         for norm in norms:
             chosen = dict(zip(tables, embeddings, strict=True)) | {"embeddings norm": norm}
@@ -222,7 +226,8 @@ def _embedding_score(choice: Assignment, known: Roles) -> float:
     LayerNorm the first outside the layers."""
     units = choice.units
     score = 2 * ("input_ids" in units["word embeddings"].lookup)
-    score += 2 * ("token_type_ids" in units["token type embeddings"].lookup)
+    if TOKEN_TYPES in units:
+        score += 2 * ("token_type_ids" in units[TOKEN_TYPES].lookup)
     score += 2 * (not units["position embeddings"].lookup & {"input_ids", "token_type_ids"})
     score += sum(_hint(u, r, known) for r, u in units.items())
     return score - units["embeddings norm"].order / UNUSED
@@ -231,6 +236,8 @@ def _embedding_score(choice: Assignment, known: Roles) -> float:
 def pooler_choices(model: Model, taken: set[int]) -> list[Assignment]:
     """The pooler: a square projection outside the layers, those used once per sequence first."""
     h = model.config.hidden_size
+    if "pooler" not in model.roles.units:  # an architecture without one (ELECTRA's)
+        return []
     free = [u for u in model.outside if id(u) not in taken]
     free.sort(key=lambda u: (u.per_token, -_hint(u, "pooler", model.roles)))
     return [Assignment({"pooler": u}, {"pooler": t}) for u in free for t in fits(u, h, h)]
@@ -255,6 +262,7 @@ def head_role(unit: Unit, model: Model, beside: set[str]) -> str | None:
     held = [c.groups for c in model.architecture.classes.values()]
     kinds = PER_TOKEN if unit.per_token else SEQUENCE
     fitting = [r for r, w in kinds.items() if n is not None and w in (None, n)]
+    fitting = [r for r in fitting if r in model.roles.units]  # the architecture's heads
     group = {r: model.roles.units[r][1] for r in fitting}
     fitting = [r for r in fitting if any(beside | {group[r]} <= set(g) for g in held)]
     if len(fitting) <= 1:
@@ -288,6 +296,8 @@ def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
                 units[role], flips[role] = unit, t
                 return
 
+    if DISCRIMINATOR in model.roles.units:  # ELECTRA's, before a square unit is taken for MLM's
+        _discriminator(free, h, pick)
     pick("mlm transform", [(u, t) for u in free for t in fits(u, h, h)], True)
     norms = [u for u in free if is_norm(u, h)]
     if "mlm transform" in units and norms:
@@ -310,6 +320,18 @@ def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
             if role and role not in units:
                 pick(role, [(unit, t) for t in fits(unit, width(unit, h), h)], per_token)
     return [Assignment(units, flips)] if units else []
+
+
+def _discriminator(free: list[Unit], h: int, pick) -> None:
+    """ELECTRA's discriminator: a score per token (a projection of width 1) of the square
+    projection per token computed just before it."""
+    scores = [(u, t) for u in free if u.per_token for t in fits(u, 1, h)]
+    if not scores:
+        return
+    before = [(u, t) for u in free for t in fits(u, h, h) if u.order < scores[0][0].order]
+    if before:
+        pick(DISCRIMINATOR, scores[:1], True)
+        pick(f"{DISCRIMINATOR} dense", [max(before, key=lambda c: c[0].order)], True)
 
 
 # From an assignment to a table ---------------------------------------------------------------
@@ -354,8 +376,12 @@ def _fused_rows(unit: Unit, choice: Assignment, model: Model) -> dict:
     return out
 
 
-def raw_table(name: str, rows: dict, model: Model, generated: dict, own: list[str]) -> dict:
+def raw_table(
+    name: str, rows: dict, model: Model, generated: dict, own: list[str], holding: dict
+) -> dict:
+    """`holding`: how the model holds BERT's family ([holding]; empty: as BERT)."""
     raw = {"name": name, "description": "inferred", ENCODER: rows.get(ENCODER, {})}
+    raw |= {"holding": holding} if holding else {}
     raw |= {"own": own} if own else {}
     groups = {g: r for g, r in rows.items() if g != ENCODER and r}
     if groups:
@@ -383,7 +409,8 @@ def table_text(raw: dict, spec: str, notes: list[str]) -> str:
     if "pooler" in raw.get("groups", {}):
         why = "# Its class builds the pooler: a file without one cannot load into it."
         lines += ["", why, 'requires = ["pooler"]']
-    blocks = [(f"[{ENCODER}]", raw[ENCODER])]
+    how = "# How it holds BERT's family: where its positions count from, its token type rows."
+    blocks = [(f"{how}\n[holding]", raw.get("holding", {})), (f"[{ENCODER}]", raw[ENCODER])]
     blocks += [(f"[groups.{g}]", rows) for g, rows in raw.get("groups", {}).items()]
     blocks += [("[tied]", raw.get("tied", {})), ("[generated]", raw.get("generated", {}))]
     for title, section in blocks:

@@ -23,12 +23,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from .. import catalog, storage
-from ..catalog import ENCODER
+from ..catalog import ENCODER, TOKEN_TYPES
 from ..config import BertConfig
-from ..errors import NotBertError, UsageError, listed
-from ..family import bert_config_dict
+from ..errors import BertconvError, NotBertError, UsageError, listed
+from ..family import factory_dict, held_config, holdings, own
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
+from ..tables import BERT_HOLDING, Holding
 from . import assign
 from .fence import guarded, raised_by_model
 from .harness import Harness, load
@@ -202,8 +203,9 @@ def _holding(model_class: str, config: BertConfig, groups, weights: dict) -> tor
             unset = getattr(func, "__module__", None) == "torch.nn.init"
             return [*args, *kwargs.values()][0] if unset else func(*args, **kwargs)
 
+    implementation = catalog.of(config.model_type).implementation(model_class)
     with torch.device("meta"), Unset():
-        model = CLASSES[model_class](config, pooler="pooler" in groups)
+        model = CLASSES[implementation](config, pooler="pooler" in groups)
     model.load_state_dict(weights, strict=True, assign=True)
     return model.eval()
 
@@ -241,18 +243,61 @@ def _failing_part(distances: dict[Output, float] | None) -> str | None:
 
 
 def infer(spec: str, config_dict: dict | None = None) -> Inference:
-    """The table of `spec`'s names (PKG.MODULE:NAME or path.py:NAME), found and checked."""
-    # a RoBERTa's (ELECTRA's, DistilBERT's) config.json as a from-scratch BERT takes it
-    config_dict = bert_config_dict(config_dict) if config_dict else config_dict
-    if (config_dict or {}).get("num_hidden_layers", 2) == 1:  # a layer's names need two to tell
-        config_dict = {**config_dict, "num_hidden_layers": 2}  # {layer} apart; a table has any
+    """The table of `spec`'s names (PKG.MODULE:NAME or path.py:NAME), found and checked. Given
+    a config.json of BERT's family, the model is built each way the type may be held
+    (family.holdings: a RoBERTa as RoBERTa counts positions, then as a BERT does): the first
+    whose assignment computes it is the table, its [holding] recorded; else the closest says
+    why."""
     # A config.json naming its classes is transformers': without id2label, num_labels is 2.
     probe = PROBE | ({"num_labels": 2} if "architectures" in (config_dict or {}) else {})
-    config = BertConfig.from_dict({**probe, **(config_dict or {})}, "--config")
+    given = catalog.read_config(config_dict or {}, "--config")
+    if given.model_type == "bert" and catalog.of(given.model_type).bert is None:
+        given = catalog.read_config({**probe, **(config_dict or {})}, "--config")
+    if given.num_hidden_layers == 1:  # a layer's names need two to tell {layer} apart
+        given = replace(given, num_hidden_layers=2)  # a table holds any number
+    tried, errors = [], []
+    for holding in _holdings(given):
+        try:  # a model built for one way may not build, or run, another
+            found = _inferred(spec, config_dict, given, holding)
+        except BertconvError as e:
+            errors.append(e)
+            continue
+        if found.text is not None:
+            return found
+        tried.append(found)
+    if not tried:
+        raise errors[-1]  # as a BERT holds it: what infer said before the family's ways
+    return max(tried, key=lambda f: closeness(f.checked or None))  # the first of equals
+
+
+def _holdings(config: BertConfig) -> list[Holding]:
+    """The ways a model may hold a checkpoint of `config`'s type (family.holdings); last, for a
+    type whose heads BERT has no place for (ELECTRA's discriminator), its own names (a table
+    under BERT's names serves a BERT's checkpoints too)."""
+    arch = catalog.of(config.model_type)
+    found = holdings(config)
+    if arch.bert is not None and any(not arch.bert["groups"].get(g) for g in arch.group_names):
+        found.append(replace(own(config), names=config.model_type))
+    return found
+
+
+def _probe_config(given: BertConfig, holding: Holding) -> BertConfig:
+    """The config the model is probed with, held as `holding` says, of the type whose names the
+    table gives."""
+    config = held_config(given, holding)
+    return replace(config, model_type=holding.names) if holding.names else config
+
+
+def _inferred(spec: str, config_dict: dict | None, given: BertConfig, holding) -> Inference:
+    """The table of `spec`'s names, the model built and held as `holding` says."""
+    factory = factory_dict(config_dict, given, holding) if config_dict else {}
+    if config_dict and given.num_hidden_layers != factory.get("num_hidden_layers"):
+        factory |= {k: 2 for k in ("num_hidden_layers", *_aliases(given, "num_hidden_layers"))}
+    config = _probe_config(given, holding)
     from ..batches import random_batch
 
     batch = random_batch(config, PROBE_LENGTH)
-    harness = load(spec, config_dict or {}, config, batch)
+    harness = load(spec, factory, config, batch)
     run = harness.run(harness.prepare(batch))  # the model's own weights: how it uses them
     state = harness.model.state_dict()
     params = set(weights(harness.model))
@@ -267,10 +312,28 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     _refuse_stacked(tensors, config, spec)
     generated = generated_buffers(state, params, config)
     user = _model(run.trace, tensors, config, (config_dict or {}).get("architectures"))
-    given = {"num_labels", "id2label"} & set(config_dict or {})  # not transformers' default 2
+    if not _has_token_types(user):  # held without them: [holding] says so
+        holding = replace(holding, token_types=0)
+        config = _probe_config(given, holding)
+        user.config = config
+    given_labels = {"num_labels", "id2label"} & set(config_dict or {})  # not the default 2
     return Search(
-        user, harness, config, spec, generated, config.num_labels if given else None
-    ).run()
+        user, harness, config, spec, generated, config.num_labels if given_labels else None,
+        holding=holding,
+    ).run()  # fmt: skip
+
+
+def _aliases(config: BertConfig, field: str) -> list[str]:
+    """config.json's own names of BERT's `field` in the config's type (DistilBERT's n_layers)."""
+    spec = catalog.of(config.model_type).config_spec
+    return [
+        v for part in ("aliases", "fields") for k, v in spec.get(part, {}).items() if k == field
+    ]
+
+
+def _has_token_types(user: assign.Model) -> bool:
+    """Has the model a table of the config's token type rows?"""
+    return any(units for (role, _), units in user.tables().items() if role == TOKEN_TYPES)
 
 
 def _refuse_stacked(tensors: dict, config: BertConfig, spec: str) -> None:
@@ -324,6 +387,7 @@ class Search:
     detached: tuple = ()  # heads of the pooled output in a model with no pooler: its own
     foreign: tuple = ()  # (its tensors no part of BERT fits, why): held as its own meanwhile
     told: tuple[str, ...] = ()  # notes for the user: a label count other than --config's
+    holding: Holding = BERT_HOLDING  # how the model holds the checkpoint ([holding])
 
     def run(self) -> Inference:
         embeddings = list(assign.global_choices(self.user))
@@ -416,7 +480,8 @@ class Search:
         merged = assign.Assignment(units, transposed, swapped, chosen["layers"].fused)
         name = self.spec.rpartition(":")[2]
         rows = assign.sections(merged, self.user)
-        return assign.raw_table(name, rows, self.user, self.generated, self._own(units))
+        own = self._own(units)
+        return assign.raw_table(name, rows, self.user, self.generated, own, self.holding.recorded())
 
     def _own(self, placed: dict) -> list[str]:
         """The model's own tensors: those no part of BERT takes that its forward never reads,

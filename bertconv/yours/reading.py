@@ -151,6 +151,7 @@ def head_rows(group: str, value: torch.Tensor, heads: list[Head], mask: torch.Te
     for i, head in enumerate(rows):
         part = at_real_positions(value, mask, head.output) if head.per_token else value
         part = part[..., i] if len(rows) > 1 else part
+        part = part.squeeze(-1) if head.score and part.shape[-1:] == (1,) else part
         out[head.output] = part.reshape(mask.shape[0], -1) if group == "choice" else part
     return out
 

@@ -104,7 +104,9 @@ class Values:
         self.unseen: set[str] = set()  # the table's names no call of the trace reads
 
     def names(self, prefix: str) -> set[str]:
-        return {n for part in ("weight", "bias") for n in self.table.names_for(f"{prefix}.{part}")}
+        """The model's names of a unit's tensors: a task class's encoder under its prefix."""
+        found = {n for part in ("weight", "bias") for n in self.table.held_as(f"{prefix}.{part}")}
+        return (found & set(self.trace.names.values())) or found
 
     def _call(self, prefix: str, last: bool = True):
         names = self.names(prefix)
@@ -214,6 +216,15 @@ def embedding_steps(view: Values, model: BertModel, config: BertConfig) -> Itera
         deviations["position embeddings added (relative positions are the attention's)"] = lambda: (
             emb.LayerNorm(word + typ + table[:T])
         )
+    elif config.positions_after_pad:  # RoBERTa's: the real tokens from the pad id + 1
+        deviations |= {
+            "no position embeddings (positions left out)": lambda: summed(positions=0 * table[:T]),
+            f"positions counted from 0 (BERT's way), not from the pad id + 1 ({offset})": lambda: (
+                summed(positions=table[:T])
+            ),
+            f"positions counted from 1, not from the pad id + 1 ({offset}): the pad id's offset "
+            "left out": lambda: summed(positions=table[1 : T + 1]),
+        }
     else:
         deviations |= {
             "no position embeddings (positions left out)": lambda: summed(positions=0 * table[:T]),
