@@ -94,10 +94,20 @@ def test_a_pre_ln_bert_is_refused_naming_where_it_diverges(cli):
     assert "matches embeddings and diverges at layer 1" in err and "pre-LN" in err
 
 
-def test_a_model_missing_a_part_is_refused_naming_the_part(cli):
-    code, _, err = cli("infer", zoo_model("NoSegmentsBert"))
-    assert code == 1
-    assert "it has no tensor for the token type embeddings (a (2, 24) table)" in err
+def test_a_model_without_token_types_is_held_so_and_fails_on_bert_naming_them(
+    cli, checkpoints, tmp_path
+):
+    """No token type table: infer records it ([holding] token_types = 0); on BERT, whose token
+    type rows are not zeros, verify fails naming them (a RoBERTa's zeros would pass)."""
+    table = tmp_path / "t.toml"
+    code, _, err = cli("infer", zoo_model("NoSegmentsBert"), "--out", table)
+    assert code == 0, err
+    assert '"token_types" = 0' in table.read_text()
+    code, out, err = cli(
+        "verify", checkpoints["base"], "--model", zoo_model("NoSegmentsBert"), "--layout", table
+    )
+    assert code == 1 and "FAILED" in out, out + err
+    assert "your model has no token type embeddings, and the checkpoint's are not zero" in out
 
 
 def test_a_verify_against_the_wrong_table_fails_at_the_first_wrong_layer(inferred, checkpoints):
