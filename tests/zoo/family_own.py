@@ -13,8 +13,9 @@
   (pre_classifier, ReLU, classifier). `DistilBertGeluClassifier` takes GELU for the ReLU.
 - `ElectraDiscriminator`: ELECTRA's encoder under names of its own, its discriminator head
   (dense, GELU, one logit per token). `ElectraRelu` computes that head with ReLU.
-- `HFRoberta`, `HFRobertaForMaskedLM`: RoBERTa under transformers' own names (official_names.py's
-  encoder), verified with no table; `HFBert`: the same names counting positions from 0.
+- `HFRoberta`, `HFRobertaForMaskedLM`, `HFElectraForPreTraining`: under transformers' own
+  names (official_names.py's encoder), verified with no table; `HFBert`: RoBERTa's names,
+  positions counted from 0.
 - `TimeMajorBert`: BERT reading `[T, B]` ids and a `key_padding_mask`, nn.Transformer's way.
   `TimeMajorBertEps` writes the embeddings' eps 1e-5 in.
 """
@@ -441,3 +442,26 @@ class HFRobertaForMaskedLM(nn.Module):
     def forward(self, input_ids, attention_mask, token_type_ids):
         hidden = self.roberta(input_ids, attention_mask, token_type_ids)
         return hidden, self.lm_head(hidden)
+
+
+class DiscriminatorPredictions(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense_prediction = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, x):
+        return self.dense_prediction(F.gelu(self.dense(x))).squeeze(-1)
+
+
+class HFElectraForPreTraining(nn.Module):
+    """ELECTRA's discriminator under transformers' own names: the encoder under `electra.`."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.electra = HFBert(config)
+        self.discriminator_predictions = DiscriminatorPredictions(config)
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        hidden = self.electra(input_ids, attention_mask, token_type_ids)
+        return hidden, self.discriminator_predictions(hidden)
