@@ -341,10 +341,12 @@ class Harness:
         return self.model(**args) if self.plan.keywords else self.model(*args.values())
 
     def positions(self, mask: torch.Tensor) -> torch.Tensor:
-        """The position of each token, as the architecture counts it (from 0: BERT's frame):
-        its place in the row, or, where positions follow the padding, among the real tokens."""
+        """The position of each token, as the model holds the architecture: its place in the
+        row (BERT's, from 0), or RoBERTa's own ids into every row of its table (the real tokens
+        from the pad id + 1, the padding at the pad id)."""
         if self.positions_after_pad:
-            return (mask.long().cumsum(-1) - 1).clamp(min=0)
+            real = mask.long()
+            return real.cumsum(-1) * real + self.pad_token_id
         return torch.arange(mask.shape[-1]).expand(mask.shape).contiguous()
 
     def varies(self, run: Run) -> bool:
