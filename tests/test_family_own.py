@@ -32,6 +32,9 @@ def kin(tmp_path_factory) -> dict[str, Path]:
         "RobertaModel": ("RobertaModel", transformers.RobertaConfig(**SIZES)),
         "RobertaZeroTypes": ("RobertaModel", transformers.RobertaConfig(**SIZES)),
         "RobertaForMaskedLM": ("RobertaForMaskedLM", transformers.RobertaConfig(**SIZES)),
+        "RobertaForSequenceClassification": (
+            "RobertaForSequenceClassification", transformers.RobertaConfig(**SIZES)
+        ),
         "DistilBertForMaskedLM": ("DistilBertForMaskedLM", distil),
         "DistilBertModel": ("DistilBertModel", distil),
         "DistilBertForSequenceClassification": ("DistilBertForSequenceClassification", distil),
@@ -62,6 +65,8 @@ def _inferred(cli, name: str, ckpt: Path, table: Path) -> tuple[int, str]:
         ("TorchRoberta", "RobertaZeroTypes", [AFTER_PAD, '"token_types" = 0']),
         ("FusedRoberta", "RobertaModel", [AFTER_PAD, '"token_types" = 1']),
         ("HFRoberta", "RobertaModel", [AFTER_PAD, '"token_types" = 1']),
+        ("CopiedRobertaClassifier", "RobertaForSequenceClassification",
+         [AFTER_PAD, '"token_types" = 1']),
         ("MaskedLMDistilBert", "DistilBertForMaskedLM", ['"token_types" = 0']),
         ("TinyDistil", "DistilBertModel", ['"token_types" = 0']),
         ("DistilBertClassifier", "DistilBertForSequenceClassification", ['"names" = "distilbert"']),
@@ -80,7 +85,8 @@ def test_each_type_written_as_its_paper_defines_it_passes(name, ckpt, holding, k
     assert code == 0 and "PASSED" in out, out + err
     assert "left-padded" not in out, out
     heads = {"MaskedLMDistilBert": "mlm logits", "ElectraDiscriminator": "discriminator logits",
-             "DistilBertClassifier": "classifier logits"}  # fmt: skip
+             "DistilBertClassifier": "classifier logits",
+             "CopiedRobertaClassifier": "classifier logits"}  # fmt: skip
     if name in heads:  # compared as its type's own head, not left out
         assert any(line.startswith(heads[name]) for line in out.splitlines()), out
 

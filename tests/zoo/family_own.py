@@ -16,6 +16,8 @@
 - `HFRoberta`, `HFRobertaForMaskedLM`, `HFElectraForPreTraining`: under transformers' own
   names (official_names.py's encoder), verified with no table; `HFBert`: RoBERTa's names,
   positions counted from 0.
+- `CopiedRobertaClassifier`: RoBERTa's embeddings copied from transformers (id buffers,
+  `create_position_ids_from_input_ids`, `position_ids` taken), its classification head.
 - `TimeMajorBert`: BERT reading `[T, B]` ids and a `key_padding_mask`, nn.Transformer's way.
   `TimeMajorBertEps` writes the embeddings' eps 1e-5 in.
 """
@@ -465,3 +467,65 @@ class HFElectraForPreTraining(nn.Module):
     def forward(self, input_ids, attention_mask, token_type_ids):
         hidden = self.electra(input_ids, attention_mask, token_type_ids)
         return hidden, self.discriminator_predictions(hidden)
+
+
+def create_position_ids_from_input_ids(input_ids, padding_idx):
+    """transformers' RoBERTa positions, as ports copy them."""
+    mask = input_ids.ne(padding_idx).int()
+    return (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + padding_idx
+
+
+class CopiedRobertaEmbeddings(nn.Module):
+    """RoBERTa's embeddings as ports copy transformers': buffers of position and token type ids
+    (not persistent), padding_idx on the tables."""
+
+    def __init__(self, c):
+        super().__init__()
+        h, self.padding_idx = c.hidden_size, c.pad_token_id
+        self.word_embeddings = nn.Embedding(c.vocab_size, h, padding_idx=self.padding_idx)
+        self.position_embeddings = nn.Embedding(
+            c.max_position_embeddings, h, padding_idx=self.padding_idx
+        )
+        self.token_type_embeddings = nn.Embedding(c.type_vocab_size, h)
+        self.LayerNorm = nn.LayerNorm(h, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+        ids = torch.zeros((1, c.max_position_embeddings), dtype=torch.long)
+        self.register_buffer("token_type_ids", ids, persistent=False)
+
+    def forward(self, input_ids, position_ids=None):
+        if position_ids is None:
+            position_ids = create_position_ids_from_input_ids(input_ids, self.padding_idx)
+        types = self.token_type_ids[:, : input_ids.shape[1]].expand_as(input_ids)
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(types)
+        return self.dropout(self.LayerNorm(x + self.position_embeddings(position_ids)))
+
+
+class ClassificationHead(nn.Module):
+    """RoBERTa's: dense and tanh on <s>, then out_proj."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden_size, c.hidden_size)
+        self.out_proj = nn.Linear(c.hidden_size, c.num_labels)
+
+    def forward(self, x):
+        return self.out_proj(torch.tanh(self.dense(x[:, 0])))
+
+
+class CopiedRobertaClassifier(nn.Module):
+    """Embeddings copied from transformers, blocks of its own, RoBERTa's classification head."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.embeddings = CopiedRobertaEmbeddings(config)
+        self.layers = nn.ModuleList(FusedLayer(config) for _ in range(config.num_hidden_layers))
+        self.classifier = ClassificationHead(config)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
+        x = self.embeddings(input_ids, position_ids)
+        mask = AdditiveMask(
+            torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        )
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.classifier(x)
