@@ -191,3 +191,21 @@ def test_a_time_major_bert_is_called_as_it_reads_its_inputs(checkpoints, cli, tm
         "verify", checkpoints["base"], "--model", model("TimeMajorBertEps"), "--layout", table
     )
     assert code == 1 and "LayerNorm eps 1e-05" in out, out + err
+
+
+@pytest.mark.parametrize(
+    "line, said",
+    [
+        ('"positions" = "sideways"', "positions: 'from 0' or 'after the pad id'"),
+        ('"token_types" = "none"', "token_types: the rows of the model's table (0: none)"),
+        ('"names" = "gpt2"', "names: a model type"),
+    ],
+)
+def test_a_holding_bertconv_cannot_keep_is_refused_naming_its_line(line, said, kin, cli, tmp_path):
+    table, out = tmp_path / "t.toml", tmp_path / "out"
+    assert _inferred(cli, "TorchRoberta", kin["RobertaZeroTypes"], table)[0] == 0
+    text = table.read_text().replace("[holding]\n", f"[holding]\n{line}\n", 1)
+    key = line.split(" = ")[0]
+    table.write_text("\n".join(x for x in text.splitlines() if not x.startswith(key) or x == line))
+    code, _, err = cli("convert", kin["RobertaZeroTypes"], "--to", table, "--out", out)
+    assert code == 2 and "(holding): " + said in err and not out.exists(), err
