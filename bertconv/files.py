@@ -156,6 +156,12 @@ def _no_constants(name: str):
 def read_json_object(path: Path) -> dict:
     """Parse a JSON file of at most JSON_LIMIT bytes that holds an object. NaN and Infinity,
     which Python's parser accepts but JSON does not, are refused."""
+    return read_json(path, dict)
+
+
+def read_json(path: Path, kind: type = dict):
+    """Parse a JSON file of at most JSON_LIMIT bytes that holds a `kind` (an object, or a list:
+    modules.json), as read_json_object does."""
     with open_regular(path) as f:
         data = f.read(JSON_LIMIT + 1)
     if len(data) > JSON_LIMIT:
@@ -172,10 +178,11 @@ def read_json_object(path: Path) -> dict:
             f"{path}: nested more than {JSON_DEPTH} deep; no {path.name} is (config.json's "
             "deepest field is a few levels down)"
         )
-    if not isinstance(value, dict):
-        names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
-        kind = "null" if value is None else names.get(type(value), type(value).__name__)
-        raise CheckpointError(f"{path}: holds a JSON {kind}, not an object")
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
+             float: "number"}  # fmt: skip
+    if not isinstance(value, kind):
+        found = "null" if value is None else names.get(type(value), type(value).__name__)
+        raise CheckpointError(f"{path}: holds a JSON {found}, not an {names[kind]}")
     return value
 
 

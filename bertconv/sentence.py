@@ -1,0 +1,183 @@
+"""sentence-transformers' pipeline around an encoder, read as `SentenceTransformer` reads it:
+`modules.json` names the modules in order (the encoder, then Pooling, an optional Dense, and
+Normalize), each recognised by its type's last component (`sentence_transformers.models.Dense`
+and `sentence_transformers.base.modules.dense.Dense` alike) and configured by its folder's
+`config.json`; `sentence_bert_config.json` sets the truncation length and lower-casing,
+`config_sentence_transformers.json` the prompts. Torch-free: this is what the files say, not
+what they compute. A module bertconv does not know (a custom one, remote code) is named, and
+the sentence embedding refused; it is never run, and the encoder still converts and verifies.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import files
+from .errors import CheckpointError
+
+MODULES = "modules.json"
+SETTINGS = "sentence_bert_config.json"
+PROMPTS = "config_sentence_transformers.json"
+MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+# Older files' flags, each a mode, in the order sentence-transformers concatenates them.
+LEGACY_MODES = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+# Dense's activation, by its class name's last component, as torch.nn.functional computes it.
+ACTIVATIONS = {"Tanh": "tanh", "Identity": None, "ReLU": "relu", "GELU": "gelu",
+               "Sigmoid": "sigmoid", "SiLU": "silu"}  # fmt: skip
+ENCODERS = ("Transformer",)
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """Token states to one vector: each mode's, concatenated in order."""
+
+    modes: tuple[str, ...]
+    include_prompt: bool = True  # False: the prompt's tokens are left out of the pooling
+
+
+@dataclass(frozen=True)
+class Dense:
+    """A projection of the sentence vector, its weights in its folder, then its activation."""
+
+    folder: Path
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: str | None  # a torch.nn.functional name; None: none (Identity)
+
+
+@dataclass(frozen=True)
+class Normalize:
+    """The vector divided by its L2 norm."""
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What a sentence-transformers directory computes after its encoder."""
+
+    directory: Path
+    steps: tuple[Pooling | Dense | Normalize, ...]
+    max_seq_length: int | None  # tokens a text is truncated to, special tokens included
+    do_lower_case: bool = False
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    refused: str | None = None  # why bertconv cannot compute its sentence embedding
+
+    def prompt(self, prompt: str | None = None, prompt_name: str | None = None) -> str:
+        """The text put before each sentence, as `encode` resolves it: an explicit prompt, then
+        `prompt_name`'s, then the default one's; an empty prompt is none."""
+        if prompt is None and prompt_name is not None:
+            if prompt_name not in self.prompts:
+                known = ", ".join(map(repr, self.prompts)) or "none"
+                raise CheckpointError(
+                    f"{self.directory}: no prompt named {prompt_name!r} (its prompts: {known})"
+                )
+            prompt = self.prompts[prompt_name]
+        if prompt is None and self.default_prompt_name is not None:
+            prompt = self.prompts.get(self.default_prompt_name)
+        return prompt or ""
+
+
+def read_pipeline(directory: Path, positions: int) -> Pipeline | None:
+    """The pipeline of a sentence-transformers directory (None where it has no modules.json);
+    `positions`: the encoder's, which cap the truncation length."""
+    directory = Path(directory)
+    if not files.is_present(directory / MODULES):
+        return None
+    modules = files.read_json(directory / MODULES, list)
+    steps, refused = [], []
+    for i, module in enumerate(modules):
+        kind, path = _module(module, directory, i)
+        if kind in ENCODERS:
+            continue
+        step = _step(kind, directory / path) if kind in READERS else None
+        if step is None:
+            refused.append(f"{module.get('type')!r} ({directory / MODULES}, module {i})")
+        else:
+            steps.append(step)
+    settings = _json(directory / SETTINGS)
+    prompts = _json(directory / PROMPTS)
+    return Pipeline(
+        directory,
+        tuple(steps),
+        _truncation(directory, settings, positions),
+        bool(settings.get("do_lower_case", False)),
+        _prompts(prompts, directory / PROMPTS),
+        prompts.get("default_prompt_name"),
+        f"modules bertconv does not run: {', '.join(refused)}" if refused else None,
+    )
+
+
+def _module(module, directory: Path, index: int) -> tuple[str, str]:
+    """A modules.json entry's kind (its type's last component) and folder."""
+    if not isinstance(module, dict) or not isinstance(module.get("type"), str):
+        raise CheckpointError(f"{directory / MODULES}: module {index} names no type")
+    path = module.get("path", "")
+    if not isinstance(path, str) or Path(path).is_absolute() or ".." in Path(path).parts:
+        raise CheckpointError(
+            f"{directory / MODULES}: module {index}'s path {path!r} is not a folder inside "
+            f"{directory}"
+        )
+    return module["type"].rpartition(".")[2], path
+
+
+def _pooling(folder: Path) -> Pooling:
+    config = _json(folder / "config.json")
+    modes = config.get("pooling_mode")
+    if modes is None:  # older files: a flag per mode, mean where none is set
+        modes = [mode for flag, mode in LEGACY_MODES.items() if config.get(flag)] or ["mean"]
+    modes = [modes] if isinstance(modes, str) else modes
+    if not isinstance(modes, list) or not modes or any(m not in MODES for m in modes):
+        raise CheckpointError(
+            f"{folder / 'config.json'}: pooling_mode {modes!r} is not one or more of {MODES}"
+        )
+    return Pooling(tuple(modes), bool(config.get("include_prompt", True)))
+
+
+def _dense(folder: Path) -> Dense | None:
+    """Dense, where bertconv computes its activation (None: not)."""
+    config = _json(folder / "config.json")
+    name = str(config.get("activation_function", "torch.nn.modules.activation.Tanh"))
+    if name.rpartition(".")[2] not in ACTIVATIONS or config.get("residual"):
+        return None
+    sizes = [config.get("in_features"), config.get("out_features")]
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+        raise CheckpointError(f"{folder / 'config.json'}: in_features and out_features: {sizes}")
+    bias = bool(config.get("bias", True))
+    return Dense(folder, *sizes, bias, ACTIVATIONS[name.rpartition(".")[2]])
+
+
+def _step(kind: str, folder: Path):
+    return READERS[kind](folder)
+
+
+READERS = {"Pooling": _pooling, "Dense": _dense, "Normalize": lambda folder: Normalize()}
+
+
+def _truncation(directory: Path, settings: dict, positions: int) -> int | None:
+    """sentence_bert_config.json's max_seq_length where given, else the tokenizer's
+    model_max_length; either capped at the encoder's positions."""
+    length = settings.get("max_seq_length")
+    if length is None:
+        length = _json(directory / "tokenizer_config.json").get("model_max_length")
+    if not isinstance(length, (int, float)) or isinstance(length, bool) or length < 1:
+        return positions
+    return int(min(length, positions))
+
+
+def _prompts(config: dict, path: Path) -> dict[str, str]:
+    prompts = config.get("prompts", {})
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise CheckpointError(f"{path}: prompts is not an object of texts")
+    return dict(prompts)
+
+
+def _json(path: Path) -> dict:
+    """A JSON object, or {} where the file is not there (sentence-transformers' defaults)."""
+    return files.read_json(path, dict) if files.is_present(path) else {}

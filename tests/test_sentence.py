@@ -1,0 +1,143 @@
+"""sentence-transformers' wrapper read as SentenceTransformer reads it (bertconv/sentence.py):
+directories sentence-transformers writes itself, old files (legacy pooling flags, the
+`sentence_transformers.models.*` types) and new, and the real all-MiniLM-L6-v2."""
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertconv.errors import CheckpointError
+from bertconv.sentence import Dense, Normalize, Pooling, read_pipeline
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory) -> Path:
+    """A tiny BERT, with its tokenizer, that sentence-transformers wraps."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    root = tmp_path_factory.mktemp("encoder")
+    config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=20,
+                                     max_position_embeddings=24)  # fmt: skip
+    transformers.BertModel(config).save_pretrained(root)
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])}
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+        sep_token="[SEP]", mask_token="[MASK]", model_max_length=20,
+    )  # fmt: skip
+    fast.save_pretrained(root)
+    return root
+
+
+def _written(encoder: Path, out: Path, modes, dense=None, normalize=True, **kwargs) -> Path:
+    """A directory sentence-transformers writes: the encoder, Pooling, Dense, Normalize."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.base.modules import Dense as STDense
+        from sentence_transformers.base.modules import Normalize as STNormalize
+        from sentence_transformers.base.modules import Transformer
+        from sentence_transformers.sentence_transformer.modules import Pooling as STPooling
+
+        include = kwargs.pop("include", True)
+        modules = [Transformer(str(encoder)), STPooling(16, modes, include_prompt=include)]
+        if dense is not None:
+            width = 16 * (len(modes) if isinstance(modes, tuple) else 1)
+            modules.append(STDense(width, 8, activation_function=dense))
+        modules += [STNormalize()] if normalize else []
+        SentenceTransformer(modules=modules, **kwargs).save(str(out))
+    return out
+
+
+MODES = ["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
+
+
+@pytest.mark.parametrize("modes", [*MODES, ("max", "cls", "mean")])
+def test_every_pooling_mode_sentence_transformers_writes_is_read_in_its_order(
+    modes, encoder, tmp_path
+):
+    found = read_pipeline(_written(encoder, tmp_path / "st", modes), 24)
+    assert found.steps == (Pooling((modes,) if isinstance(modes, str) else modes), Normalize())
+    assert found.refused is None and found.max_seq_length == 20  # the tokenizer's, saved
+
+
+def test_legacy_flags_concatenate_in_sentence_transformers_order(encoder, tmp_path):
+    """Old files set a flag per mode: concatenated cls, max, mean, ..., whatever the file's
+    order; none set is mean. The old types (`sentence_transformers.models.Pooling`) too."""
+    out = _written(encoder, tmp_path / "st", "mean")
+    modules = json.loads((out / "modules.json").read_text())
+    for m in modules:
+        m["type"] = "sentence_transformers.models." + m["type"].rpartition(".")[2]
+    (out / "modules.json").write_text(json.dumps(modules))
+    flags = {"word_embedding_dimension": 16, "pooling_mode_mean_tokens": True,
+             "pooling_mode_max_tokens": False, "pooling_mode_cls_token": True}  # fmt: skip
+    (out / "1_Pooling" / "config.json").write_text(json.dumps(flags))
+    assert read_pipeline(out, 24).steps[0] == Pooling(("cls", "mean"))
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 16}))
+    assert read_pipeline(out, 24).steps[0] == Pooling(("mean",))
+
+
+@pytest.mark.parametrize(
+    "activation, name", [(torch.nn.Tanh(), "tanh"), (torch.nn.Identity(), None)]
+)
+def test_dense_is_read_with_its_activation_and_folder(activation, name, encoder, tmp_path):
+    found = read_pipeline(_written(encoder, tmp_path / "st", ("cls", "mean"), activation), 24)
+    dense = found.steps[1]
+    assert isinstance(dense, Dense) and (dense.in_features, dense.out_features) == (32, 8)
+    assert dense.activation == name and dense.bias and (dense.folder / "config.json").is_file()
+
+
+def test_prompts_resolve_as_encode_does(encoder, tmp_path):
+    """An explicit prompt, then prompt_name's, then the default's; an empty prompt is none;
+    include_prompt is read from the pooling."""
+    out = _written(encoder, tmp_path / "st", "mean", include=False,
+                   prompts={"query": "q: ", "doc": ""}, default_prompt_name="query")  # fmt: skip
+    found = read_pipeline(out, 24)
+    assert found.steps[0].include_prompt is False
+    assert found.prompt() == "q: " and found.prompt(prompt_name="doc") == ""
+    assert found.prompt(prompt="x: ", prompt_name="doc") == "x: "
+    with pytest.raises(CheckpointError, match="no prompt named 'other'"):
+        found.prompt(prompt_name="other")
+
+
+def test_truncation_is_the_settings_then_the_tokenizers_capped_at_the_positions(encoder, tmp_path):
+    out = _written(encoder, tmp_path / "st", "mean")
+    assert read_pipeline(out, 12).max_seq_length == 12  # the tokenizer's 20, capped
+    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8}))
+    assert read_pipeline(out, 24).max_seq_length == 8
+
+
+def test_the_real_minilm_pipeline(minilm):
+    """mean pooling, Normalize (its folder never written), truncated at 256 of 512 positions."""
+    found = read_pipeline(minilm, 512)
+    assert found.steps == (Pooling(("mean",)), Normalize())
+    assert found.max_seq_length == 256 and found.prompts == {} and found.refused is None
+
+
+def test_a_module_bertconv_does_not_know_is_named_and_never_run(encoder, tmp_path):
+    out = _written(encoder, tmp_path / "st", "mean")
+    modules = json.loads((out / "modules.json").read_text())
+    modules.insert(2, {"idx": 9, "name": "x", "path": "x", "type": "my_package.Whitening"})
+    (out / "modules.json").write_text(json.dumps(modules))
+    found = read_pipeline(out, 24)
+    assert "'my_package.Whitening'" in found.refused and "module 2" in found.refused
+
+
+@pytest.mark.parametrize("path", ["../elsewhere", "/etc"])
+def test_a_module_outside_the_directory_is_refused(path, encoder, tmp_path):
+    out = _written(encoder, tmp_path / "st", "mean")
+    modules = json.loads((out / "modules.json").read_text())
+    modules[1]["path"] = path
+    (out / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(CheckpointError, match="is not a folder inside"):
+        read_pipeline(out, 24)
+
+
+def test_a_directory_without_modules_json_has_no_pipeline(encoder):
+    assert read_pipeline(encoder, 24) is None
