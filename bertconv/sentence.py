@@ -3,9 +3,10 @@
 Normalize), each recognised by its type's last component (`sentence_transformers.models.Dense`
 and `sentence_transformers.base.modules.dense.Dense` alike) and configured by its folder's
 `config.json`; `sentence_bert_config.json` sets the truncation length and lower-casing,
-`config_sentence_transformers.json` the prompts. Torch-free: this is what the files say, not
-what they compute. A module bertconv does not know (a custom one, remote code) is named, and
-the sentence embedding refused; it is never run, and the encoder still converts and verifies.
+`config_sentence_transformers.json` the prompts. Reading is torch-free; `embed` computes the
+steps on the encoder's token states, with sentence-transformers' arithmetic. A module bertconv
+does not know (a custom one, remote code) is named, and the sentence embedding refused; it is
+never run, and the encoder still converts and verifies.
 """
 
 from dataclasses import dataclass, field
@@ -101,6 +102,8 @@ def read_pipeline(directory: Path, positions: int) -> Pipeline | None:
             refused.append(f"{module.get('type')!r} ({directory / MODULES}, module {i})")
         else:
             steps.append(step)
+    if not any(isinstance(s, Pooling) for s in steps):  # token states out, no sentence vector
+        refused.append(f"none that pools the tokens ({directory / MODULES})")
     settings = _json(directory / SETTINGS)
     prompts = _json(directory / PROMPTS)
     return Pipeline(
@@ -181,3 +184,104 @@ def _prompts(config: dict, path: Path) -> dict[str, str]:
 def _json(path: Path) -> dict:
     """A JSON object, or {} where the file is not there (sentence-transformers' defaults)."""
     return files.read_json(path, dict) if files.is_present(path) else {}
+
+
+# Computing it -----------------------------------------------------------------------------------
+
+
+def embed(pipeline: Pipeline, tokens, mask, prompt_length: int = 0):
+    """The sentence embeddings of token states `tokens` (B, T, H) whose real tokens `mask`
+    (B, T) marks, each step as sentence-transformers computes it; `prompt_length`: the prompt's
+    tokens at the start of each text, left out of the pooling where it says so."""
+    import torch.nn.functional as F
+
+    if pipeline.refused:
+        raise CheckpointError(f"{pipeline.directory}: no sentence embedding: {pipeline.refused}")
+    x = tokens
+    for step in pipeline.steps:
+        if isinstance(step, Pooling):
+            x = pooled(x, mask, step, prompt_length)
+        elif isinstance(step, Dense):
+            x = projected(x, step)
+        else:
+            x = F.normalize(x, p=2, dim=-1)
+    return x
+
+
+def pooled(tokens, mask, pooling: Pooling, prompt_length: int = 0):
+    """Each of `pooling`'s modes over the real tokens (the prompt's left out where it is not
+    included), concatenated in order; sentence-transformers' Pooling, padded either side."""
+    import torch
+
+    start = mask.to(torch.int32).argmax(
+        dim=1
+    )  # the first token: weightedmean's weights count from it
+    if prompt_length and not pooling.include_prompt:
+        mask = _without_prompt(mask, prompt_length)
+    total = torch.float32 if tokens.dtype in (torch.float16, torch.bfloat16) else tokens.dtype
+    m = mask.unsqueeze(-1).to(tokens.dtype)
+    first = mask.to(torch.int32).argmax(dim=1)  # the first pooled token (cls)
+    out = []
+    for mode in pooling.modes:
+        if mode == "cls":
+            out.append(tokens[torch.arange(len(tokens)), first])
+        elif mode == "max":
+            out.append(tokens.masked_fill(m == 0, float("-inf")).max(dim=1).values)
+        elif mode in ("mean", "mean_sqrt_len_tokens"):
+            summed = (tokens * m).sum(dim=1, dtype=total)
+            count = m.sum(dim=1, dtype=total).clamp(min=1e-9)
+            out.append((summed / (count if mode == "mean" else count.sqrt())).to(tokens.dtype))
+        elif mode == "weightedmean":  # weights 1, 2, ... from the first token on, prompt or not
+            place = torch.arange(1, tokens.shape[1] + 1, dtype=total).view(1, -1, 1)
+            weights = mask.unsqueeze(-1).to(total) * (place - start.view(-1, 1, 1))
+            summed = (tokens * weights).sum(dim=1)
+            out.append((summed / weights.sum(dim=1).clamp(min=1e-9)).to(tokens.dtype))
+        else:  # lasttoken: the last real token
+            found, back = mask.flip(1).max(1)
+            back = torch.where(found == 0, tokens.shape[1] - 1, back)
+            out.append((tokens * m)[torch.arange(len(tokens)), tokens.shape[1] - back - 1])
+    return torch.cat(out, dim=-1)
+
+
+def _without_prompt(mask, prompt_length: int):
+    """`mask` with each text's first `prompt_length` real tokens (the prompt's) set to 0."""
+    import torch
+
+    first = mask.to(torch.int32).argmax(dim=1)
+    place = torch.arange(mask.shape[1]).unsqueeze(0)
+    return mask.masked_fill(place < (first + prompt_length).unsqueeze(1), 0)
+
+
+def projected(x, dense: Dense):
+    """Dense: its linear layer (weights from its folder), then its activation."""
+    import torch
+    import torch.nn.functional as F
+
+    weights = dense_weights(dense)
+    y = F.linear(x, weights["linear.weight"].to(x.dtype), _bias(weights, dense, x.dtype))
+    functions = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": F.relu, "gelu": F.gelu,
+                 "silu": F.silu}  # fmt: skip
+    return y if dense.activation is None else functions[dense.activation](y)
+
+
+def _bias(weights: dict, dense: Dense, dtype):
+    return weights["linear.bias"].to(dtype) if dense.bias else None
+
+
+def dense_weights(dense: Dense) -> dict:
+    """Dense's tensors from its folder (model.safetensors, or an older pytorch_model.bin read
+    without running pickled code), checked against its config's sizes."""
+    from . import pickles, storage
+
+    found = [dense.folder / n for n in ("model.safetensors", "pytorch_model.bin")]
+    path = next((p for p in found if files.is_present(p)), None)
+    if path is None:
+        raise CheckpointError(f"{dense.folder}: Dense has no weights (model.safetensors)")
+    held = storage.read_header(path)[0] if path.suffix == ".safetensors" else pickles.read_bin(path)
+    wanted = {"linear.weight": (dense.out_features, dense.in_features)}
+    wanted |= {"linear.bias": (dense.out_features,)} if dense.bias else {}
+    wrong = [f"{n}: {held[n].shape if n in held else 'missing'}, not {s}" for n, s in wanted.items()
+             if n not in held or tuple(held[n].shape) != s]  # fmt: skip
+    if wrong:
+        raise CheckpointError(f"{path}: not Dense's weights ({'; '.join(wrong)})")
+    return storage.all_to_torch({n: held[n] for n in wanted})

@@ -141,3 +141,50 @@ def test_a_module_outside_the_directory_is_refused(path, encoder, tmp_path):
 
 def test_a_directory_without_modules_json_has_no_pipeline(encoder):
     assert read_pipeline(encoder, 24) is None
+
+
+@pytest.mark.parametrize("modes", [*MODES, ("lasttoken", "weightedmean", "cls", "max")])
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("prompt", [0, 2])
+def test_pooling_computes_what_sentence_transformers_pooling_does(modes, side, prompt):
+    """Each mode, padded either side, the prompt's tokens left out where include_prompt is
+    False: sentence-transformers' Pooling module on the same token states."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sentence_transformers.sentence_transformer.modules import Pooling as STPooling
+    from bertconv.sentence import pooled
+
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randn(3, 7, 16, generator=g)
+    lengths = torch.tensor([7, 4, 5])
+    mask = (torch.arange(7) < lengths[:, None]).long()
+    mask = mask.flip(1) if side == "left" else mask
+    theirs = STPooling(16, modes, include_prompt=not prompt)
+    features = {"token_embeddings": tokens, "attention_mask": mask}
+    expected = theirs(features | ({"prompt_length": prompt} if prompt else {}))
+    got = pooled(tokens, mask, Pooling((modes,) if isinstance(modes, str) else modes, not prompt),
+                 prompt)  # fmt: skip
+    assert (got - expected["sentence_embedding"]).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("dense", [None, torch.nn.Tanh(), torch.nn.Identity()])
+def test_the_pipeline_after_the_encoder_computes_what_sentence_transformers_does(
+    dense, encoder, tmp_path
+):
+    """Pooling, Dense (its weights read from its folder), Normalize: bertconv's embed on the
+    encoder's token states against sentence-transformers' modules after it."""
+    from sentence_transformers import SentenceTransformer
+
+    from bertconv.sentence import embed
+
+    out = _written(encoder, tmp_path / "st", ("cls", "mean"), dense)
+    model = SentenceTransformer(str(out), device="cpu").eval()
+    features = model.tokenize(["a b a", "b", "a a a a a a a a a a a a a a a a a a a a a a"])
+    with torch.no_grad():
+        features = model[0](features)
+        tokens, mask = features["token_embeddings"], features["attention_mask"]
+        for module in list(model)[1:]:
+            features = module(features)
+    got = embed(read_pipeline(out, 24), tokens, mask)
+    assert got.shape == features["sentence_embedding"].shape
+    assert (got - features["sentence_embedding"]).abs().max() <= 1e-6
