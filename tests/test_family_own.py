@@ -38,6 +38,8 @@ def kin(tmp_path_factory) -> dict[str, Path]:
         "DistilBertForMaskedLM": ("DistilBertForMaskedLM", distil),
         "DistilBertModel": ("DistilBertModel", distil),
         "DistilBertForSequenceClassification": ("DistilBertForSequenceClassification", distil),
+        "DistilBertOneLayer": ("DistilBertForMaskedLM", transformers.DistilBertConfig(
+            **(DISTILBERT | {"n_layers": 1}))),
         "ElectraForPreTraining": (
             "ElectraForPreTraining", transformers.ElectraConfig(**(SIZES | OWN["electra"]))
         ),
@@ -68,6 +70,7 @@ def _inferred(cli, name: str, ckpt: Path, table: Path) -> tuple[int, str]:
         ("CopiedRobertaClassifier", "RobertaForSequenceClassification",
          [AFTER_PAD, '"token_types" = 1']),
         ("MaskedLMDistilBert", "DistilBertForMaskedLM", ['"token_types" = 0']),
+        ("MaskedLMDistilBert", "DistilBertOneLayer", ['"token_types" = 0']),  # n_layers 1 as 2
         ("TinyDistil", "DistilBertModel", ['"token_types" = 0']),
         ("DistilBertClassifier", "DistilBertForSequenceClassification", ['"names" = "distilbert"']),
         ("ElectraDiscriminator", "ElectraForPreTraining", ['"names" = "electra"']),

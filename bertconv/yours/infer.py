@@ -291,8 +291,9 @@ def _probe_config(given: BertConfig, holding: Holding) -> BertConfig:
 def _inferred(spec: str, config_dict: dict | None, given: BertConfig, holding) -> Inference:
     """The table of `spec`'s names, the model built and held as `holding` says."""
     factory = factory_dict(config_dict, given, holding) if config_dict else {}
-    if config_dict and given.num_hidden_layers != factory.get("num_hidden_layers"):
-        factory |= {k: 2 for k in ("num_hidden_layers", *_aliases(given, "num_hidden_layers"))}
+    # the type's own name of the layer count (DistilBERT's n_layers) as BERT's, raised to 2
+    factory |= {a: given.num_hidden_layers for a in _aliases(given, "num_hidden_layers")
+                if a in factory}  # fmt: skip
     config = _probe_config(given, holding)
     from ..batches import random_batch
 
