@@ -34,7 +34,7 @@ TOKENIZER_LIMIT = 256 << 20  # bytes; the largest real tokenizer.json files are 
 
 def tokenizer_batch(path: Path, config: BertConfig) -> dict[str, torch.Tensor] | None:
     """TEXTS through the checkpoint's own tokenizer, padded; None where it ships none."""
-    tok = _tokenizer(path)
+    tok = tokenizer(path)
     if tok is None:
         return None
     tok.enable_padding(pad_id=config.pad_token_id)
@@ -68,7 +68,7 @@ def tokenizer_batch(path: Path, config: BertConfig) -> dict[str, torch.Tensor] |
     )
 
 
-def _tokenizer(path: Path):
+def tokenizer(path: Path):
     """The checkpoint's own tokenizer: tokenizer.json, else vocab.txt; None where neither is."""
     from tokenizers import Tokenizer
     from tokenizers.implementations import BertWordPieceTokenizer

@@ -186,6 +186,54 @@ def _json(path: Path) -> dict:
     return files.read_json(path, dict) if files.is_present(path) else {}
 
 
+# Tokenizing as encode does ----------------------------------------------------------------------
+
+
+def tokenized(pipeline: Pipeline, tokenizer, texts: list[str], prompt: str = "", pad_id=0):
+    """`texts` as sentence-transformers tokenizes them for `encode`: the prompt before each,
+    lower-cased where the directory says, truncated at its length (special tokens counted),
+    padded to the longest with `pad_id` (tokenizer.json's own truncation and padding replaced);
+    and the prompt's length in tokens, a trailing special token not counted. `tokenizer`: a
+    `tokenizers.Tokenizer`, changed in place."""
+    import torch
+    from tokenizers import normalizers
+
+    if pipeline.do_lower_case and not _lowercases(tokenizer.normalizer):
+        before = [tokenizer.normalizer] if tokenizer.normalizer is not None else []
+        tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase(), *before])
+    tokenizer.no_padding()
+    if pipeline.max_seq_length:
+        tokenizer.enable_truncation(pipeline.max_seq_length)
+    else:
+        tokenizer.no_truncation()
+    encodings = tokenizer.encode_batch([prompt + text for text in texts])
+    longest = max((len(e.ids) for e in encodings), default=0)
+    rows = [(e.ids, e.attention_mask, e.type_ids) for e in encodings]
+    batch = {
+        name: torch.tensor([r[i] + [fill] * (longest - len(r[i])) for r in rows], dtype=torch.long)
+        for i, (name, fill) in enumerate(
+            [("input_ids", pad_id), ("attention_mask", 0), ("token_type_ids", 0)]
+        )
+    }
+    return batch, _prompt_length(tokenizer, prompt)
+
+
+def _prompt_length(tokenizer, prompt: str) -> int:
+    if not prompt:
+        return 0
+    ids = tokenizer.encode(prompt).ids
+    special = {i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special}
+    return len(ids) - (1 if ids and ids[-1] in special else 0)
+
+
+def _lowercases(normalizer) -> bool:
+    """Does the tokenizer's normalizer lower-case already (BERT's, uncased)?"""
+    if normalizer is None:
+        return False
+    text = normalizer.normalize_str("A")
+    return text == "a"
+
+
 # Computing it -----------------------------------------------------------------------------------
 
 

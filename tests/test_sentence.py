@@ -188,3 +188,59 @@ def test_the_pipeline_after_the_encoder_computes_what_sentence_transformers_does
     got = embed(read_pipeline(out, 24), tokens, mask)
     assert got.shape == features["sentence_embedding"].shape
     assert (got - features["sentence_embedding"]).abs().max() <= 1e-6
+
+
+TEXTS = [
+    "A man is playing a guitar.",
+    "Deux hommes poussent des chariots dans les bois.",
+    "the quick brown fox " * 90,  # past MiniLM's 256 tokens: truncated there, not at 512
+]
+
+
+@pytest.mark.parametrize("prompt", ["", "query: "])
+def test_minilm_sentence_embeddings_through_bertconv_equal_encode(prompt, minilm):
+    """Tokenized as encode tokenizes (truncated at 256 of 512 positions, the prompt before
+    each text), run by bertconv's model of the real all-MiniLM-L6-v2, pooled and normalized:
+    SentenceTransformer(DIR).encode within the float32 tolerance."""
+    from sentence_transformers import SentenceTransformer
+
+    import bertconv
+    from bertconv.batches import tokenizer
+    from bertconv.sentence import embed, tokenized
+
+    pipeline = read_pipeline(minilm, 512)
+    batch, prompt_length = tokenized(pipeline, tokenizer(minilm), TEXTS, prompt)
+    assert batch["input_ids"].shape[1] == 256
+    model = bertconv.load(minilm)
+    with torch.no_grad():
+        states = model(**batch).last_hidden_state
+    got = embed(pipeline, states, batch["attention_mask"], prompt_length)
+    theirs = SentenceTransformer(str(minilm), device="cpu")
+    expected = theirs.encode(TEXTS, convert_to_tensor=True, prompt=prompt or None)
+    assert (got - expected).abs().max() <= 1e-5
+
+
+def test_prompts_left_out_of_the_pooling_and_lower_casing_as_encode_does(encoder, tmp_path):
+    """A prompt excluded from the pooling (include_prompt false), its length counted as
+    sentence-transformers counts it; do_lower_case set: 'A B' read as 'a b'. bertconv's model of the
+    directory's encoder, then embed, against encode with the prompt's name."""
+    from sentence_transformers import SentenceTransformer
+
+    import bertconv
+    from bertconv.batches import tokenizer
+    from bertconv.sentence import embed, tokenized
+
+    out = _written(encoder, tmp_path / "st", ("weightedmean", "cls"), include=False,
+                   prompts={"query": "b a "}, default_prompt_name="query")  # fmt: skip
+    settings = json.loads((out / "sentence_bert_config.json").read_text())
+    (out / "sentence_bert_config.json").write_text(json.dumps(settings | {"do_lower_case": True}))
+    texts = ["A B a", "b", "a B " * 12]
+    pipeline = read_pipeline(out, 24)
+    batch, prompt_length = tokenized(pipeline, tokenizer(out), texts, pipeline.prompt())
+    theirs = SentenceTransformer(str(out), device="cpu")
+    assert prompt_length == theirs[0]._get_prompt_length("b a ") == 2
+    with torch.no_grad():
+        states = bertconv.load(out)(**batch).last_hidden_state
+    got = embed(pipeline, states, batch["attention_mask"], prompt_length)
+    expected = theirs.encode(texts, convert_to_tensor=True)
+    assert (got - expected).abs().max() <= 1e-5
