@@ -39,7 +39,7 @@ WRITTEN = (
 )
 
 if TYPE_CHECKING:
-    from . import hub
+    from . import hub, sentence
 
 
 def _quiet(message: str) -> None:
@@ -261,7 +261,19 @@ def load(
         conversion = convert_reading(official(ckpt), ckpt.config, ours, Selection.of(heads))
         return build(conversion, ckpt.config, mmap), ckpt.seen
 
-    return files.held_still(read, "read")  # a model of one version of each file
+    model = files.held_still(read, "read")  # a model of one version of each file
+    model.sentences = _sentences(src.path, model.config)
+    return model
+
+
+def _sentences(directory: Path, config) -> "sentence.Encoding | None":
+    """A sentence-transformers directory's pipeline and tokenizer, for BertModel.encode."""
+    from . import sentence
+    from .batches import positions, tokenizer
+
+    pipeline = sentence.read_pipeline(directory, positions(config))
+    found = tokenizer(directory) if pipeline is not None else None
+    return None if found is None else sentence.Encoding(pipeline, found, config.pad_token_id)
 
 
 def build(conversion: Conversion, config, mmap: bool = False):

@@ -70,7 +70,7 @@ class BertForPreTraining(BertModel):
         self.cls = PreTrainingHeads(config)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
+        out, padding = self.encoded(input_ids, attention_mask, token_type_ids)
         words = self.embeddings.word_embeddings.weight
         mlm = per_token(self.cls.predictions, out, padding, words)
         nsp = self.cls.seq_relationship(out.pooler_output)
@@ -93,7 +93,7 @@ class BertForMaskedLM(BertModel):
         self.cls = PreTrainingHeads(config, nsp=False)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
+        out, padding = self.encoded(input_ids, attention_mask, token_type_ids)
         words = self.embeddings.word_embeddings.weight
         return LogitsOutput(
             **vars(out), logits=per_token(self.cls.predictions, out, padding, words)
@@ -106,7 +106,7 @@ class BertForNextSentencePrediction(BertModel):
         self.cls = PreTrainingHeads(config, mlm=False)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        out = self.encoded(input_ids, attention_mask, token_type_ids)[0]
         return LogitsOutput(**vars(out), logits=self.cls.seq_relationship(out.pooler_output))
 
 
@@ -124,7 +124,7 @@ class BertForSequenceClassification(BertModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        out = self.encoded(input_ids, attention_mask, token_type_ids)[0]
         return LogitsOutput(**vars(out), logits=self.classifier(self.dropout(out.pooler_output)))
 
 
@@ -154,7 +154,7 @@ class FirstTokenClassification(BertModel):
         self.classifier = ClassificationHead(config)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        out = self.encoded(input_ids, attention_mask, token_type_ids)[0]
         return LogitsOutput(**vars(out), logits=self.classifier(out.last_hidden_state))
 
 
@@ -173,7 +173,7 @@ class PreClassifierClassification(BertModel):
         self.classifier = head.out_proj
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        out = self.encoded(input_ids, attention_mask, token_type_ids)[0]
         pooled = self.activation(self.pre_classifier(out.last_hidden_state[:, 0]))
         return LogitsOutput(**vars(out), logits=self.classifier(self.dropout(pooled)))
 
@@ -186,7 +186,7 @@ class DiscriminatorModel(BertModel):
         self.discriminator_predictions = DiscriminatorHead(config)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out = self.encode(input_ids, attention_mask, token_type_ids)[0]
+        out = self.encoded(input_ids, attention_mask, token_type_ids)[0]
         logits = self.discriminator_predictions(out.last_hidden_state)
         return LogitsOutput(**vars(out), logits=logits)
 
@@ -218,7 +218,7 @@ class BertForMultipleChoice(BertModel):
             None if x is None else x.reshape(B * choices, T)
             for x in (attention_mask, token_type_ids)
         ]
-        out = self.encode(input_ids.reshape(B * choices, T), *flat)[0]
+        out = self.encoded(input_ids.reshape(B * choices, T), *flat)[0]
         scores = self.classifier(self.dropout(out.pooler_output)).view(B, choices)
         return LogitsOutput(**vars(out), logits=scores)
 
@@ -232,7 +232,7 @@ class BertForTokenClassification(BertModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
+        out, padding = self.encoded(input_ids, attention_mask, token_type_ids)
         logits = per_token(lambda h: self.classifier(self.dropout(h)), out, padding)
         return LogitsOutput(**vars(out), logits=logits)
 
@@ -251,7 +251,7 @@ class BertForQuestionAnswering(BertModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        out, padding = self.encode(input_ids, attention_mask, token_type_ids)
+        out, padding = self.encoded(input_ids, attention_mask, token_type_ids)
         start, end = per_token(self.qa_outputs, out, padding).unbind(-1)
         return QuestionAnsweringOutput(**vars(out), start_logits=start, end_logits=end)
 

@@ -268,8 +268,9 @@ class BertModel(nn.Module):
         self.embeddings = Embeddings(config)
         self.encoder = Encoder(config)
         self.pooler = Pooler(config) if pooler else None
+        self.sentences = None  # a sentence-transformers pipeline, where loaded with one (encode)
 
-    def encode(
+    def encoded(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
@@ -295,4 +296,15 @@ class BertModel(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         output_hidden_states: bool = True,
     ) -> BertOutput:
-        return self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)[0]
+        return self.encoded(input_ids, attention_mask, token_type_ids, output_hidden_states)[0]
+
+    def encode(self, sentences: list[str], batch_size: int = 32, prompt_name=None, prompt=None):
+        """The sentence embeddings (N, D) of `sentences`, as the sentence-transformers directory
+        the model was loaded from computes them (its tokenizer, pooling, Dense, Normalize,
+        prompts): `SentenceTransformer(DIR).encode(sentences, convert_to_tensor=True)`."""
+        if self.sentences is None:
+            raise ValueError(
+                "this model computes no sentence embedding: bertconv.load() it from a "
+                "sentence-transformers directory (one with modules.json)"
+            )
+        return self.sentences.encode(self, sentences, batch_size, prompt_name, prompt)

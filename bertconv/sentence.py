@@ -333,3 +333,34 @@ def dense_weights(dense: Dense) -> dict:
     if wrong:
         raise CheckpointError(f"{path}: not Dense's weights ({'; '.join(wrong)})")
     return storage.all_to_torch({n: held[n] for n in wanted})
+
+
+@dataclass
+class Encoding:
+    """What `BertModel.encode` needs of a sentence-transformers directory: its pipeline, its
+    tokenizer (a `tokenizers.Tokenizer`), the pad id."""
+
+    pipeline: Pipeline
+    tokenizer: object
+    pad_id: int = 0
+
+    def encode(self, model, sentences, batch_size: int, prompt_name=None, prompt=None):
+        """`model`'s sentence embeddings of `sentences`, `batch_size` at a time, on its device."""
+        import torch
+
+        if isinstance(sentences, str):
+            raise TypeError("encode takes a list of sentences; give [sentence] for one")
+        text = self.pipeline.prompt(prompt, prompt_name)
+        parameter = next(model.parameters())
+        out = []
+        for start in range(0, len(sentences), batch_size):
+            batch, length = tokenized(
+                self.pipeline, self.tokenizer, list(sentences[start : start + batch_size]), text,
+                self.pad_id,
+            )  # fmt: skip
+            batch = {k: v.to(parameter.device) for k, v in batch.items()}
+            with torch.inference_mode():
+                states = model.encoded(**batch, output_hidden_states=False)[0].last_hidden_state
+                out.append(embed(self.pipeline, states, batch["attention_mask"], length))
+        width = out[0].shape[-1] if out else 0
+        return torch.cat(out) if out else torch.empty(0, width, device=parameter.device)

@@ -244,3 +244,52 @@ def test_prompts_left_out_of_the_pooling_and_lower_casing_as_encode_does(encoder
     got = embed(pipeline, states, batch["attention_mask"], prompt_length)
     expected = theirs.encode(texts, convert_to_tensor=True)
     assert (got - expected).abs().max() <= 1e-5
+
+
+def test_load_gives_the_model_encode_as_sentence_transformers_encodes(minilm):
+    """bertconv.load(DIR) on a sentence-transformers directory: the same model as ever, with
+    encode(sentences) -> (N, D) equal to SentenceTransformer(DIR).encode, batch by batch."""
+    from sentence_transformers import SentenceTransformer
+
+    import bertconv
+
+    model = bertconv.load(minilm)
+    expected = SentenceTransformer(str(minilm), device="cpu").encode(TEXTS, convert_to_tensor=True)
+    for batch_size in (32, 2):
+        got = model.encode(TEXTS, batch_size=batch_size)
+        assert got.shape == (3, 384) and (got - expected).abs().max() <= 1e-5
+    assert model(torch.tensor([[101, 102]])).last_hidden_state.shape == (1, 2, 384)  # as ever
+
+
+def test_encode_resolves_prompts_by_name(encoder, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    import bertconv
+
+    out = _written(encoder, tmp_path / "st", "mean", include=False,
+                   prompts={"query": "b a ", "doc": "a "}, default_prompt_name="query")  # fmt: skip
+    theirs, model = SentenceTransformer(str(out), device="cpu"), bertconv.load(out)
+    for kwargs in ({}, {"prompt_name": "doc"}, {"prompt": "a b "}):
+        expected = theirs.encode(["a b", "b b b"], convert_to_tensor=True, **kwargs)
+        assert (model.encode(["a b", "b b b"], **kwargs) - expected).abs().max() <= 1e-5
+
+
+def test_encode_on_a_model_of_no_sentence_transformers_directory_says_so(encoder):
+    import bertconv
+
+    with pytest.raises(ValueError, match="load\\(\\) it from a sentence-transformers directory"):
+        bertconv.load(encoder).encode(["a"])
+
+
+def test_encode_refuses_a_pipeline_with_a_module_bertconv_does_not_run(encoder, tmp_path):
+    """The model loads and computes as ever; its sentence embedding is refused, naming it."""
+    import bertconv
+
+    out = _written(encoder, tmp_path / "st", "mean")
+    modules = json.loads((out / "modules.json").read_text())
+    modules.append({"idx": 9, "name": "x", "path": "x", "type": "my_package.Whitening"})
+    (out / "modules.json").write_text(json.dumps(modules))
+    model = bertconv.load(out)
+    assert model(torch.tensor([[5, 6]])).last_hidden_state.shape == (1, 2, 16)
+    with pytest.raises(CheckpointError, match="modules bertconv does not run: 'my_package"):
+        model.encode(["a b"])
