@@ -212,3 +212,12 @@ def test_a_holding_bertconv_cannot_keep_is_refused_naming_its_line(line, said, k
     table.write_text("\n".join(x for x in text.splitlines() if not x.startswith(key) or x == line))
     code, _, err = cli("convert", kin["RobertaZeroTypes"], "--to", table, "--out", out)
     assert code == 2 and "(holding): " + said in err and not out.exists(), err
+
+
+@pytest.mark.parametrize("name", ["CachesByShape", "WrongPastSixteen"])
+def test_a_roberta_that_lies_fails_however_it_is_held(name, kin, cli):
+    """Built each way with no table, its embeddings computed right: still it FAILS (exit 1),
+    never PASSES, nor ends in bertconv's own error."""
+    liar = f"{Path(__file__).parent / 'liars' / 'roberta.py'}:{name}"
+    code, out, err = cli("verify", kin["RobertaModel"], "--model", liar)
+    assert code == 1 and "FAILED" in out and "PASSED" not in out, out + err

@@ -102,9 +102,10 @@ def misread_pooler(run: Run, found: dict[Output, set[str]], named: dict) -> Note
     """Why the pooler the model computes is not one vector per sequence, where it is not: what
     its dense layer reads (x[0], one sequence's tokens, for x[:, 0], each one's first)."""
     value, rows = named.get(POOLER), run.batch["input_ids"].reshape(-1, _tokens(run)).shape[0]
-    hidden = next(v for k, v in named.items() if k.hidden).shape[-1]
-    if value is None or tuple(value.shape) == (rows, hidden):
-        return None
+    states = [v for k, v in named.items() if k.hidden]
+    if value is None or not states or tuple(value.shape) == (rows, states[0].shape[-1]):
+        return None  # no hidden state computed (a forward that returns a cached one): its rows fail
+    hidden = states[0].shape[-1]
     call = run.trace.last_use(found[POOLER])
     weights = {i for i, _ in call.params}
     read = next(t for i, t in enumerate(call.inputs) if i not in weights)
