@@ -97,7 +97,7 @@ def read_pipeline(directory: Path, positions: int) -> Pipeline | None:
         kind, path = _module(module, directory, i)
         if kind in ENCODERS:
             continue
-        step = _step(kind, directory / path) if kind in READERS else None
+        step = READERS[kind](directory / path) if kind in READERS else None
         if step is None:
             refused.append(f"{module.get('type')!r} ({directory / MODULES}, module {i})")
         else:
@@ -154,10 +154,6 @@ def _dense(folder: Path) -> Dense | None:
         raise CheckpointError(f"{folder / 'config.json'}: in_features and out_features: {sizes}")
     bias = bool(config.get("bias", True))
     return Dense(folder, *sizes, bias, ACTIVATIONS[name.rpartition(".")[2]])
-
-
-def _step(kind: str, folder: Path):
-    return READERS[kind](folder)
 
 
 READERS = {"Pooling": _pooling, "Dense": _dense, "Normalize": lambda folder: Normalize()}
@@ -306,14 +302,11 @@ def projected(x, dense: Dense):
     import torch.nn.functional as F
 
     weights = dense_weights(dense)
-    y = F.linear(x, weights["linear.weight"].to(x.dtype), _bias(weights, dense, x.dtype))
+    bias = weights["linear.bias"].to(x.dtype) if dense.bias else None
+    y = F.linear(x, weights["linear.weight"].to(x.dtype), bias)
     functions = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": F.relu, "gelu": F.gelu,
                  "silu": F.silu}  # fmt: skip
     return y if dense.activation is None else functions[dense.activation](y)
-
-
-def _bias(weights: dict, dense: Dense, dtype):
-    return weights["linear.bias"].to(dtype) if dense.bias else None
 
 
 def dense_weights(dense: Dense) -> dict:

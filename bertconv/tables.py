@@ -102,9 +102,14 @@ def holding_of(name: str) -> Holding:
     before its rows, whose official names it says."""
     if not is_table_file(canonical(name)):
         return BERT_HOLDING
+    return _holding(source_of(name))
+
+
+@cache
+def _holding(source: tuple[str, int, int]) -> Holding:
+    """A table file's [holding], by its path and state on disk (read once, as `read`)."""
     from .files import open_regular
 
-    source = source_of(name)
     with open_regular(Path(source[0])) as f:
         raw = f.read(TABLE_LIMIT + 1)
     try:
@@ -123,6 +128,7 @@ def forget() -> None:
     """Forget every table read, so that the next use reads them again (tables are cached for
     the life of a process; a test that rewrites the shipped ones needs this)."""
     read.cache_clear()
+    _holding.cache_clear()
     catalog.forget()
 
 

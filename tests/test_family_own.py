@@ -122,6 +122,9 @@ def test_no_token_type_table_fails_where_the_checkpoints_rows_are_not_zeros(kin,
     )
     assert code == 1 and "FAILED" in out, out + err
     assert "your model has no token type embeddings, and the checkpoint's are not zero" in out
+    eps = model("TorchRobertaEps")  # a step that differs is named first, not the token types
+    code, out, err = cli("verify", kin["RobertaModel"], "--model", eps, "--layout", table)
+    assert code == 1 and "LayerNorm eps 0.001" in out and "no token type embeddings" not in out
     code, _, err = cli("convert", kin["RobertaModel"], "--to", table, "--out", tmp_path / "out")
     assert code == 4 and "no token type embeddings" in err and not (tmp_path / "out").exists()
 

@@ -62,8 +62,8 @@ def yours(ckpt: Checkpoint, reading: Reading, spec: str, table_spec: str | None)
         holding = holding_of(table_spec)
         if holding.names is not None:  # the rows give the type's own names
             same_family(ckpt, holding, table_spec)
-        ways = _ways(ckpt, reading, [] if holding.names else [holding], bool(holding.names))
-        ours = Yours(*ways[0][1:], spec, table_spec)
+        way = _own_names(ckpt, reading) if holding.names else held(ckpt, reading, holding)
+        ours = Yours(*way, spec, table_spec)
     else:
         ours, holding = _each_way(ckpt, reading, spec)
     ours.types_left_out = left_out_types(ckpt, reading, holding)
@@ -113,10 +113,16 @@ def _ways(ckpt: Checkpoint, reading: Reading, held_as: list[Holding], own_names=
     `held_as` says, then (`own_names`) under the type's own, its tensors as they are."""
     ways = [(h, *held(ckpt, reading, h)) for h in held_as]
     if own_names:
-        mine = replace(own(ckpt.config), names=ckpt.config.model_type)
-        given = factory_dict(ckpt.config_dict, ckpt.config, mine)
-        ways.append((mine, replace(ckpt, config_dict=given), reading))
+        ways.append((replace(own(ckpt.config), names=ckpt.config.model_type),
+                     *_own_names(ckpt, reading)))  # fmt: skip
     return ways
+
+
+def _own_names(ckpt: Checkpoint, reading: Reading) -> tuple[Checkpoint, Reading]:
+    """`ckpt` as a model under its type's own names holds it: its tensors as they are, the
+    factory given config.json's fields and BERT's names beside them."""
+    mine = replace(own(ckpt.config), names=ckpt.config.model_type)
+    return replace(ckpt, config_dict=factory_dict(ckpt.config_dict, ckpt.config, mine)), reading
 
 
 def _embeddings(ckpt: Checkpoint, reading: Reading, batch: dict) -> torch.Tensor:
@@ -229,16 +235,19 @@ class Yours(Runner):
         return [Note(said)]
 
     def diagnose(self, row: Output, batches, ckpt: Checkpoint) -> Diagnosis | None:
-        """Each step recomputed by bertconv's model, holding the checkpoint's weights as read;
-        first, token type embeddings the model has no table for, where the checkpoint's are not
-        zero (every token's embedding holds them)."""
-        if self.types_left_out > 0 and row.kind in ("embeddings", "layer", "pooler"):
-            return Diagnosis(str(row), None, math.nan, cause=(
-                "your model has no token type embeddings, and the checkpoint's are not zero "
-                f"(max abs {self.types_left_out:.1e}): left out, every token's embedding lacks "
-                "them. Add the token type table (exact where a checkpoint's rows are zeros, "
-                "as converted RoBERTa checkpoints' are)"))  # fmt: skip
-        return diagnosis(self.harness, self.table, row, batches, self._bert())
+        """Each step recomputed by bertconv's model, holding the checkpoint's weights as read.
+        A model with no token type table, on a checkpoint whose rows are not zeros, is told so
+        where every step agrees with bertconv's model holding it so (none added): those rows
+        are then what it lacks; a step that differs is named first."""
+        found = diagnosis(self.harness, self.table, row, batches, self._bert())
+        lacking = self.types_left_out > 0 and row.kind in ("embeddings", "layer", "pooler")
+        if not lacking or (found is not None and found.step is not None):
+            return found
+        return Diagnosis(str(row), None, math.nan, cause=(
+            "your model has no token type embeddings, and the checkpoint's are not zero "
+            f"(max abs {self.types_left_out:.1e}): left out, every token's embedding lacks "
+            "them. Add the token type table (exact where a checkpoint's rows are zeros, "
+            "as converted RoBERTa checkpoints' are)"))  # fmt: skip
 
     def _bert(self):
         """bertconv's BERT holding the model's weights as read (its positions as held)."""

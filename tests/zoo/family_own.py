@@ -529,3 +529,11 @@ class CopiedRobertaClassifier(nn.Module):
         for layer in self.layers:
             x = layer(x, mask)
         return self.classifier(x)
+
+
+class TorchRobertaEps(TorchRoberta):
+    """TorchRoberta writing its LayerNorms' eps 1e-3 in."""
+
+    def __init__(self, config):
+        config.layer_norm_eps = 1e-3
+        super().__init__(config)
