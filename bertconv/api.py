@@ -159,7 +159,9 @@ def _convert_into(
     src: Source, output: files.Output, to_layout, from_layout, selection: Selection
 ) -> Converted:
     ckpt = read_checkpoint(src.path, from_layout, src.weights)
-    output.check_not_source(src.path, [*ckpt.files, *tokenizer_files(src.path)], WRITTEN)
+    carried = _carried(src, output)
+    read = [*ckpt.files, *tokenizer_files(src.path), *(src.path / n for n in carried)]
+    output.check_not_source(src.path, read, output.replaces)
     source = ckpt
     check_convertible(ckpt.layout, to_layout, str(ckpt.path))
     reading = official(ckpt)  # made once, as verify makes it
@@ -180,10 +182,25 @@ def _convert_into(
     # The written file is of the class its groups make (a layout may leave heads out).
     config = ckpt.config_dict | {"architectures": [result.model_class]}
     nonfinite = storage.nonfinite_soon(ckpt.state_dict, storage.transposes(result.state_dict))
-    write_checkpoint(output, result.state_dict, config, metadata, src.path, table.format)
+    write_checkpoint(output, result.state_dict, config, metadata, src.path, table.format, carried)
     found = nonfinite()  # before the commit: a source the scan found cut short fails it
     files.unchanged(source.seen)  # and one rewritten while it was read
     return Converted(ckpt, result, output.commit(), found)
+
+
+def _carried(src: Source, output: files.Output) -> list[str]:
+    """The sentence-transformers files of `src` (modules.json, its modules' folders), carried
+    into the output as they are; the output then replaces them, and an earlier result's files
+    in its module folders that this one does not write, where bertconv wrote them (record.py).
+    A file of the user's in such a folder is left where it is."""
+    from . import sentence
+
+    carried = sentence.carried(src.path)
+    earlier = sentence.carried(output.path, links=False)
+    found = record.strangers(output.path, [n for n in earlier if n not in carried])
+    earlier = [n for n in earlier if found.get(n) in (None, record.CHANGED)]
+    output.replaces = tuple(dict.fromkeys([*WRITTEN, *sentence.FILES, *carried, *earlier]))
+    return carried
 
 
 def _held_as_bert(ckpt: Checkpoint, to_layout: str) -> bool:

@@ -208,16 +208,20 @@ def write_checkpoint(
     metadata: dict[str, str],
     tokenizer_from: Path,
     form: str = "safetensors",
+    carried: list[str] = (),
 ) -> None:
     """Stage the weights, the config and the tokenizer files in the locked output directory
     `out`, each written aside; `out.commit()` then renames them all into place, the weights
     last, so that a failure before leaves the directory as it was. `form`: safetensors
     (model.safetensors and config.json, with the metadata) or tensorflow (bert_model.ckpt.* and
     bert_config.json, as google-research/bert ships them; a TensorFlow checkpoint has no room
-    for metadata)."""
+    for metadata). `carried`: files of the source directory, by their names in it, copied as
+    they are (a sentence-transformers directory's modules.json and module folders)."""
 
     for source in tokenizer_files(tokenizer_from):
         out.copy_in(source.name, source)  # copied, never read into memory
+    for name in carried:  # a sentence-transformers directory's modules, byte for byte
+        out.copy_in(name, tokenizer_from / name, tokenizer_from)
     form = formats.written_by(form)
     out.stage(form.config).write_text(_config_text(config_dict))
     with _progress(sum(map(storage.nbytes, state_dict.values())), "writing") as bar:

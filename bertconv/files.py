@@ -316,7 +316,7 @@ class Output:
         tokenizer.json, a vocab.txt they edited. Never one the command reads (nor a directory:
         _check_places'). Called before the work of a conversion, and again at its commit."""
         there = [self.path / n for n in self.replaces if os.path.lexists(self.path / n)]
-        present = [p.name for p in there if not _is_directory(p) and not self._read_here(p)]
+        present = [self.name(p) for p in there if not _is_directory(p) and not self._read_here(p)]
         found = self.strangers(self.path, present)
         if found:
             listed = ", ".join(f"{name} ({why})" for name, why in found.items())
@@ -369,20 +369,41 @@ class Output:
                 f"({', '.join(clash)}). Choose another --out."
             )
 
+    def name(self, path: Path) -> str:
+        """`path`'s name in the directory: `1_Pooling/config.json` for a module's file."""
+        return Path(path).relative_to(self.path).as_posix()
+
     def stage(self, name: str) -> Path:
-        """A new path beside `name` to write it to."""
+        """A new path beside `name` to write it to (`name` may lie in a folder, made here)."""
         final = self.path / name
+        self._make_folders(final.parent)
         tmp = partial(final)
         tmp.touch(exist_ok=False)
         self.staged.append((tmp, final))
         return tmp
 
-    def copy_in(self, name: str, source: Path) -> None:
+    def _make_folders(self, folder: Path) -> None:
+        """The folders between the directory and `folder`, made where missing; one that is a
+        link (it could lead anywhere) or a file is refused by name."""
+        parts = folder.relative_to(self.path).parts
+        for place in (self.path.joinpath(*parts[: i + 1]) for i in range(len(parts))):
+            if place.is_symlink() or (os.path.lexists(place) and not _is_directory(place)):
+                raise OutputError(
+                    f"{place}: is {'a link' if place.is_symlink() else 'a file'}, where bertconv "
+                    "writes a folder of the checkpoint's; move it out of the way, or choose "
+                    "another --out"
+                )
+            if not os.path.lexists(place):
+                place.mkdir()
+                self.created.append(place)
+
+    def copy_in(self, name: str, source: Path, within: Path | None = None) -> None:
         """Stage a copy of the file `source`, streamed: a file of any size costs no memory. A
-        symlink is followed only within the source's own directory (or the Hugging Face cache
-        repository it is a snapshot of): a stranger's link to a private file is refused."""
+        symlink is followed only within the source's own directory `within` (by default the
+        file's; or the Hugging Face cache repository it is a snapshot of): a stranger's link to
+        a private file is refused."""
         with open_regular(source) as src:
-            confined(source)
+            confined(source, within)
             with open(self.stage(name), "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
 
@@ -405,9 +426,17 @@ class Output:
                 if aside is not None:
                     with suppress(OSError):
                         aside.unlink()
+            self._remove_emptied([final for final, aside in kept if aside is not None])
         done = [final for _, final in self.staged]
         self.staged = []
         return done
+
+    def _remove_emptied(self, removed: list[Path]) -> None:
+        """The folders of an earlier result's files, where removing them left them empty."""
+        folders = {p for path in removed for p in path.parents if self.path in p.parents}
+        for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+            with suppress(OSError):
+                folder.rmdir()  # only if empty
 
     def _stale(self) -> list[Path]:
         """The files of `replaces` in the directory that this result does not write (never one
@@ -524,12 +553,13 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def confined(path: Path) -> Path:
-    """`path`, where it (through any symlinks) stays within its directory, or, for a snapshot in
-    the Hugging Face cache (whose files are links into the repository's blobs), within the cached
-    repository; refused, by name, where a link leads out of it."""
+def confined(path: Path, within: Path | None = None) -> Path:
+    """`path`, where it (through any symlinks) stays within its directory `within` (by default
+    its own), or, for a snapshot in the Hugging Face cache (whose files are links into the
+    repository's blobs), within the cached repository; refused, by name, where a link leads out
+    of it."""
     path = Path(path)
-    root = path.parent.resolve()
+    root = Path(within if within is not None else path.parent).resolve()
     if root.parent.name == "snapshots" and root.parents[1].name.startswith(
         ("models--", "datasets--", "spaces--")
     ):

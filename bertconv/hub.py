@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import formats
+from . import formats, sentence
 from .checkpoint import CONFIG_FILES, TOKENIZER_FILES
 from .errors import (
     AuthError,
@@ -44,6 +44,7 @@ class Remote:
     commit: str
     files: list[str]
     offline: str | None = None  # why the Hub was not asked, where the cache answered instead
+    listing: tuple[str, ...] = ()  # every file of the revision: modules' folders are among them
 
 
 def is_repo_id(text: str) -> bool:
@@ -72,7 +73,7 @@ def files_to_fetch(repo_files: list[str]) -> list[str]:
     repository: a checkpoint's files sit side by side."""
     top = [f for f in repo_files if isinstance(f, str) and "/" not in f and f not in (".", "..")]
     patterns = formats.weight_patterns(top)
-    wanted = [*CONFIG_FILES, *TOKENIZER_FILES, *patterns]
+    wanted = [*CONFIG_FILES, *TOKENIZER_FILES, *sentence.FILES, *patterns]
     return [f for f in top if any(fnmatch.fnmatchcase(f, p) for p in wanted)]
 
 
@@ -91,8 +92,9 @@ def locate(model_id: str, revision: str | None = None) -> Remote:
         if isinstance(unreachable, AuthError | IntegrityError):
             raise
         return _locate_in_cache(model_id, revision, unreachable)
-    files = files_to_fetch([s.rfilename for s in info.siblings or []])
-    return Remote(model_id, revision or "main", info.sha, files)
+    listing = [s.rfilename for s in info.siblings or []]
+    files = files_to_fetch(listing)
+    return Remote(model_id, revision or "main", info.sha, files, None, tuple(listing))
 
 
 def _locate_in_cache(model_id: str, revision: str | None, unreachable: HubError) -> Remote:
@@ -103,18 +105,32 @@ def _locate_in_cache(model_id: str, revision: str | None, unreachable: HubError)
     if config is None:
         raise HubError(f"{unreachable}, and the cache holds no copy of it") from unreachable
     snapshot = Path(config).parent
-    files = files_to_fetch(sorted(p.name for p in snapshot.iterdir()))
+    listing = sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*"))
     reason = str(unreachable).removeprefix(f"{model_id}: ")
-    return Remote(model_id, revision or "main", snapshot.name, files, offline=reason)
+    return Remote(model_id, revision or "main", snapshot.name, files_to_fetch(listing), reason,
+                  (*listing,))  # fmt: skip
 
 
 def download(remote: Remote, say=lambda message: None) -> Path:
     """Fetch `remote.files` into the Hub cache (nothing is fetched that is there already), check
     each against its ETag, and return the snapshot directory."""
     paths = [_fetch_checked(remote, name, say) for name in remote.files]
+    snapshot = paths[0].parent
+    for name in module_files(remote, snapshot):
+        _fetch_checked(remote, name, say)
     if not remote.offline:
         _remember_revision(remote)
-    return paths[0].parent
+    return snapshot
+
+
+def module_files(remote: Remote, snapshot: Path) -> list[str]:
+    """The files of a sentence-transformers repository's module folders (1_Pooling/, 2_Dense/),
+    which its modules.json, fetched, names."""
+    if "modules.json" not in remote.files:
+        return []
+    folders = sentence.module_folders(snapshot)
+    inside = [f for f in remote.listing if ".." not in Path(f).parts]
+    return [f for f in inside if any(f.startswith(d + "/") for d in folders)]
 
 
 def _remember_revision(remote: Remote) -> None:

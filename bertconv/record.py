@@ -29,6 +29,7 @@ MANIFEST = "bertconv-manifest.json"
 WEIGHTS = "model.safetensors"
 WRITTEN_BY = {"written by": "bertconv"}  # what marks a manifest
 ENTRY = {"bytes", "crc32c"}  # a file's entry in a record: files.checksum's
+CHANGED = "changed since bertconv wrote it"
 
 
 def metadata(out: files.Output, given: dict[str, str]) -> dict[str, str]:
@@ -53,7 +54,7 @@ def write_manifest(out: files.Output) -> None:
 
 
 def _staged(out: files.Output) -> dict[str, dict]:
-    return {final.name: files.checksum(tmp) for tmp, final in out.staged}
+    return {out.name(final): files.checksum(tmp) for tmp, final in out.staged}
 
 
 def strangers(directory: Path, names: list[str]) -> dict[str, str]:
@@ -72,7 +73,7 @@ def strangers(directory: Path, names: list[str]) -> dict[str, str]:
         if kept is None:
             why[name] = "not bertconv's"
         elif not kept:
-            why[name] = "changed since bertconv wrote it"
+            why[name] = CHANGED
     return why
 
 

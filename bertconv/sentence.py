@@ -9,6 +9,7 @@ does not know (a custom one, remote code) is named, and the sentence embedding r
 never run, and the encoder still converts and verifies.
 """
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from .errors import CheckpointError
 MODULES = "modules.json"
 SETTINGS = "sentence_bert_config.json"
 PROMPTS = "config_sentence_transformers.json"
+FILES = (MODULES, SETTINGS, PROMPTS)  # beside the encoder's, at the top of the directory
 MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # Older files' flags, each a mode, in the order sentence-transformers concatenates them.
 LEGACY_MODES = {
@@ -32,6 +34,7 @@ LEGACY_MODES = {
 ACTIVATIONS = {"Tanh": "tanh", "Identity": None, "ReLU": "relu", "GELU": "gelu",
                "Sigmoid": "sigmoid", "SiLU": "silu"}  # fmt: skip
 ENCODERS = ("Transformer",)
+FOLDER_FILES = 256  # files carried of one module's folder at most (Dense has two or three)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,16 @@ class Pipeline:
         return prompt or ""
 
 
+def width(pipeline: Pipeline, hidden: int) -> int:
+    """The sentence embedding's width, of an encoder of `hidden` features."""
+    for step in pipeline.steps:
+        if isinstance(step, Pooling):
+            hidden *= len(step.modes)
+        elif isinstance(step, Dense):
+            hidden = step.out_features
+    return hidden
+
+
 def read_pipeline(directory: Path, positions: int) -> Pipeline | None:
     """The pipeline of a sentence-transformers directory (None where it has no modules.json);
     `positions`: the encoder's, which cap the truncation length."""
@@ -118,20 +131,64 @@ def read_pipeline(directory: Path, positions: int) -> Pipeline | None:
 
 
 def _module(module, directory: Path, index: int) -> tuple[str, str]:
-    """A modules.json entry's kind (its type's last component) and folder."""
+    """A modules.json entry's kind (its type's last component) and folder: one inside
+    `directory` (the encoder's may be the directory itself)."""
     if not isinstance(module, dict) or not isinstance(module.get("type"), str):
         raise CheckpointError(f"{directory / MODULES}: module {index} names no type")
-    path = module.get("path", "")
-    if not isinstance(path, str) or Path(path).is_absolute() or ".." in Path(path).parts:
+    kind, path = module["type"].rpartition(".")[2], module.get("path", "")
+    parts = Path(path).parts if isinstance(path, str) else None
+    inside = parts is not None and not Path(path).is_absolute() and ".." not in parts
+    if not inside or not (parts or kind in ENCODERS):
         raise CheckpointError(
             f"{directory / MODULES}: module {index}'s path {path!r} is not a folder inside "
             f"{directory}"
         )
-    return module["type"].rpartition(".")[2], path
+    return kind, path
+
+
+def carried(directory: Path, links: bool = True) -> list[str]:
+    """The files of a sentence-transformers directory beside its encoder's, each named relative
+    to it: modules.json, the two settings files, and every file in each module's folder (the
+    encoder's, which is the checkpoint itself, aside). [] where there is no modules.json.
+    `links`: follow a folder that is a link (a source's); False for an output directory, whose
+    files may be removed and must lie in it."""
+    directory = Path(directory)
+    if not files.is_present(directory / MODULES):
+        return []
+    names = [n for n in FILES if files.is_present(directory / n)]
+    for folder in module_folders(directory):
+        names += _folder_files(directory, Path(folder), links)
+    return list(dict.fromkeys(names))
+
+
+def module_folders(directory: Path) -> list[str]:
+    """The folders of a directory's modules besides the encoder, as modules.json names them."""
+    modules = files.read_json(directory / MODULES, list)
+    kinds = [_module(module, directory, i) for i, module in enumerate(modules)]
+    return [Path(path).as_posix() for kind, path in kinds if kind not in ENCODERS]
+
+
+def _folder_files(directory: Path, folder: Path, links: bool) -> list[str]:
+    """Every regular file under `folder`, relative to `directory`, in a stable order."""
+    root = directory / folder
+    linked = any(p.is_symlink() for p in [root, *root.parents] if directory in p.parents)
+    if not root.is_dir() or (linked and not links):
+        return []
+    found = sorted(
+        str(Path(top, name).relative_to(directory))
+        for top, _, names in os.walk(root, followlinks=False)
+        for name in names
+        if files.is_present(Path(top, name))
+    )
+    if len(found) > FOLDER_FILES:
+        raise CheckpointError(
+            f"{root}: {len(found)} files, more than any module's folder holds ({FOLDER_FILES})"
+        )
+    return found
 
 
 def _pooling(folder: Path) -> Pooling:
-    config = _json(folder / "config.json")
+    config = _config(folder, "Pooling")
     modes = config.get("pooling_mode")
     if modes is None:  # older files: a flag per mode, mean where none is set
         modes = [mode for flag, mode in LEGACY_MODES.items() if config.get(flag)] or ["mean"]
@@ -145,7 +202,7 @@ def _pooling(folder: Path) -> Pooling:
 
 def _dense(folder: Path) -> Dense | None:
     """Dense, where bertconv computes its activation (None: not)."""
-    config = _json(folder / "config.json")
+    config = _config(folder, "Dense")
     name = str(config.get("activation_function", "torch.nn.modules.activation.Tanh"))
     if name.rpartition(".")[2] not in ACTIVATIONS or config.get("residual"):
         return None
@@ -177,9 +234,49 @@ def _prompts(config: dict, path: Path) -> dict[str, str]:
     return dict(prompts)
 
 
+def _config(folder: Path, kind: str) -> dict:
+    """A module's config.json, which sentence-transformers cannot load the module without."""
+    if not files.is_present(folder / "config.json"):
+        raise CheckpointError(f"{folder}: {kind} has no config.json (its settings)")
+    return files.read_json(folder / "config.json", dict)
+
+
 def _json(path: Path) -> dict:
     """A JSON object, or {} where the file is not there (sentence-transformers' defaults)."""
     return files.read_json(path, dict) if files.is_present(path) else {}
+
+
+# What verify embeds: sentences of several lengths (the padding differs row to row), upper case
+# (lower-casing shows), and one past any truncation length (built by `texts`).
+TEXTS = (
+    "A man is eating food.",
+    "Paris IS the Capital of France, and its museums are OPEN on Sundays.",
+    "Ok.",
+    "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat.",
+)
+LONG = "Sentence embeddings are pooled from every token the encoder reads, and no further."
+
+
+def texts(pipeline: Pipeline, positions: int) -> list[str]:
+    """TEXTS, and a text longer than the truncation length (and the positions): one whose
+    tokens past it would change its embedding, were they read."""
+    words = max(pipeline.max_seq_length or 0, positions) + 16
+    repeated = " ".join((LONG.split() * (words // len(LONG.split()) + 1))[:words])
+    return [*TEXTS, repeated]
+
+
+def token_counts(tokenizer, texts: list[str], prompt: str = "") -> list[int]:
+    """Each text's tokens (special ones included) before any truncation."""
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return [len(e.ids) for e in tokenizer.encode_batch([prompt + t for t in texts])]
+
+
+def unflattened(real_states, mask):
+    """Token states (B, T, H), zeros at the padding, from the real tokens' (N, H) in order."""
+    states = real_states.new_zeros(*mask.shape, real_states.shape[-1])
+    states[mask.bool()] = real_states
+    return states
 
 
 # Tokenizing as encode does ----------------------------------------------------------------------

@@ -72,15 +72,20 @@ def test_fetch_the_real_checkpoint_converts_and_records_the_commit(hub, env, tmp
     assert f"fetched {MINILM} at commit {commit}" in done.stderr and len(commit) == 40
     assert metadata(out)[SOURCE_KEY] == MINILM and metadata(out)[LAYOUT_KEY] == "bertconv"
     assert done.stdout.strip() == str(out)
-    # the tokenizer came with the weights; nothing else of the repo was downloaded
+    # the tokenizer and sentence-transformers' files came with the weights; nothing else
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer.json"} <= names
+    assert {"modules.json", "sentence_bert_config.json", "1_Pooling"} <= names
     asked = {
-        r.path.rsplit("/", 1)[-1]
+        r.path.split("/resolve/", 1)[-1].split("/", 1)[-1]
         for r in hub.requests
         if r.method == "GET" and "/resolve/" in r.path
     }
-    assert "README.md" not in asked and "modules.json" not in asked
+    assert "README.md" not in asked and "data_config.json" not in asked
+    assert {"modules.json", "1_Pooling/config.json"} <= asked
+    assert (out / "1_Pooling/config.json").read_bytes() == (
+        minilm / "1_Pooling/config.json"
+    ).read_bytes()
     weights = load_file(out / "model.safetensors")
     official = load_file(minilm / "model.safetensors")
     assert torch.equal(
@@ -373,11 +378,40 @@ def test_two_fetches_at_once_both_succeed_with_one_result(hub, env, tmp_path):
     assert [code for code, _ in results] == [0, 0], results
     assert sum("nothing to do" in err for _, err in results) == 1
     assert sorted(p.name for p in out.iterdir()) == [
+        "1_Pooling",
         "config.json",
+        "config_sentence_transformers.json",
         "model.safetensors",
+        "modules.json",
+        "sentence_bert_config.json",
         "special_tokens_map.json",
         "tokenizer.json",
         "tokenizer_config.json",
         "vocab.txt",
     ]
     assert gets(hub, "model.safetensors") == 1
+
+
+def test_a_sentence_transformers_repos_module_folders_come_byte_for_byte(
+    hub, env, tmp_path, encoder
+):
+    """modules.json names the folders: each one's files are fetched (Dense's weights too),
+    none of another folder; the output encodes as the repository does."""
+    from sentence_transformers import SentenceTransformer
+
+    from bertconv import load
+    from st_dirs import written
+
+    src = written(encoder, tmp_path / "st", ("cls", "mean"), torch.nn.Tanh())
+    files = {p.relative_to(src).as_posix(): p for p in src.rglob("*") if p.is_file()}
+    files["onnx/model.onnx"] = b"not wanted"
+    hub.add_repo("org/sentences", files)
+    out = tmp_path / "out"
+    done = bertconv("fetch", "org/sentences", "--out", str(out), "--to", "minbert", env=env)
+    assert done.returncode == 0, done.stderr
+    for name in [n for n in files if n.startswith(("1_", "2_", "3_")) or n == "modules.json"]:
+        assert (out / name).read_bytes() == (src / name).read_bytes(), name
+    assert gets(hub, "onnx/model.onnx") == 0 and (out / "2_Dense/model.safetensors").is_file()
+    texts = ["a man is eating food.", "ok"]
+    expected = SentenceTransformer(str(src), device="cpu").encode(texts, convert_to_tensor=True)
+    assert (load(out).encode(texts) - expected).abs().max() <= 1e-5
