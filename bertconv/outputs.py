@@ -43,6 +43,7 @@ class Output:
 
 
 EMBEDDINGS, POOLER = Output("embeddings"), Output("pooler")
+SENTENCE = Output("sentence embedding")  # a sentence-transformers directory's whole pipeline
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,10 @@ class Runner:
     """A model of bertconv's or transformers' (they take the same arguments) run on verify's
     batches, each in its dtype, and the heads' outputs to compare. A user's own model
     (yours/adapter.py) is run the same way, read from a trace."""
+
+    # a sentence-transformers directory's: the width of its sentence embedding, which a user's
+    # model without a pooler may return (yours/reading.py)
+    sentence_width: int | None = None
 
     def __init__(self, model, heads: list[Head]):
         self.model, self.heads = model, heads

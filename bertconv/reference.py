@@ -3,6 +3,8 @@ the check that transformers is there and computes what the checkpoint asks. The 
 builds transformers' models; verify and your own BERT's adapter ask it.
 """
 
+from pathlib import Path
+
 import torch
 
 from . import storage
@@ -91,3 +93,72 @@ def _only(ckpt: Checkpoint, groups: frozenset[str]) -> dict:
         if (place := table.place(name)) == "ignored"
         or (place in ("row", "alias") and set(table.row_of(name).official) <= wanted)
     }
+
+
+def sentence_transformers():
+    """sentence-transformers, or the error that says how to install it."""
+    try:
+        import sentence_transformers
+    except ImportError:
+        raise MissingDependencyError(
+            "verify of a sentence-transformers directory (one with modules.json) compares its "
+            "sentence embeddings against sentence-transformers': pip install 'bertconv[sentence]'"
+        ) from None
+    return sentence_transformers
+
+
+# sentence-transformers' embeddings, by what they were computed of (every file of the directory
+# as found: which, its size, when written) and how: a directory verified again in one process
+# (the tests, a notebook) is not loaded and run again.
+EMBEDDED: dict[tuple, dict] = {}
+
+
+def sentence_embeddings(ckpt: Checkpoint, reading: Reading, texts: list[str], dtypes, device):
+    """`SentenceTransformer(DIR).encode(texts)` in each of `dtypes` ({dtype: (N, D) on the CPU,
+    in float32}). DIR is the checkpoint's directory where it is in transformers' names; in any
+    other layout, transformers' model of the same reading saved under those names, with the
+    directory's tokenizer and sentence-transformers' files beside it, as verify builds
+    transformers' model for the layers."""
+    from . import files
+
+    found = sorted((str(p), files.identity(p)) for p in ckpt.path.rglob("*") if p.is_file())
+    key = (str(ckpt.path.resolve()), ckpt.layout, tuple(found), tuple(texts), str(device))
+    done = EMBEDDED.get(key, {})
+    if not set(dtypes) <= set(done):
+        done = done | _sentence_embeddings(ckpt, reading, texts, set(dtypes) - set(done), device)
+        EMBEDDED.clear()  # one directory kept: a large one's embeddings are small, its files not
+        EMBEDDED[key] = done
+    return {t: done[t] for t in dtypes}
+
+
+def _sentence_embeddings(ckpt: Checkpoint, reading: Reading, texts: list[str], dtypes, device):
+    import shutil
+    import tempfile
+
+    from . import sentence
+    from .checkpoint import tokenizer_files
+
+    st = sentence_transformers()
+    with tempfile.TemporaryDirectory(prefix="bertconv-sentence-") as tmp:
+        where = ckpt.path
+        if ckpt.layout != OFFICIAL:
+            where = Path(tmp)
+            reference_model(ckpt, reading).save_pretrained(where)
+            beside = [p.name for p in tokenizer_files(ckpt.path)]
+            for name in [*beside, *sentence.carried(ckpt.path)]:
+                (where / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(ckpt.path / name, where / name)
+        try:
+            model = st.SentenceTransformer(str(where), device=str(device), local_files_only=True)
+        except Exception as e:  # whatever sentence-transformers objects to
+            reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
+            raise CheckpointError(
+                f"{ckpt.path}: sentence-transformers cannot load it ({reason})"
+            ) from None
+        out = {}
+        for dtype in sorted(dtypes, key=lambda t: t != torch.float32):
+            model.to(dtype)
+            with torch.inference_mode():
+                found = model.encode(texts, convert_to_tensor=True, show_progress_bar=False)
+            out[dtype] = found.cpu().float()
+        return out

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from . import files, storage
+from . import files, sentence, storage
 from .api import Source, build, official, resolve
-from .batches import RANDOM, Batch, inputs, left_padded, pattern
+from .batches import RANDOM, Batch, inputs, left_padded, pattern, positions, tokenizer
 from .checkpoint import Checkpoint, read_checkpoint
 from .convert import FITTING, Reading, convert_reading
 from .errors import CheckpointError, UsageError
@@ -23,21 +23,30 @@ from .mapping import layout
 from .outputs import (
     FLOAT32_MAX_ABS,
     POOLER,
+    SENTENCE,
     Note,
     Output,
     Runner,
     cast_order,
     heads,
     key,
+    layer,
     looked_up,
     no_tf32,
     truth,
 )
-from .reference import implements, imported, reference_model
+from .reference import (
+    implements,
+    imported,
+    reference_model,
+    sentence_embeddings,
+    sentence_transformers,
+)
 from .yours.adapter import diagnosis, yours
 from .yours.diagnose import Diagnosis
 from .yours.fence import unpatch
 from .yours.harness import Harness, Plan
+from .yours.sentence_steps import diagnosed
 
 # The batches of every position compared in float64 are run in float32 too, and held to this:
 # float32's own rounding over them stays far under it (1.2e-5 at most on all-MiniLM-L6-v2's 512
@@ -84,6 +93,10 @@ class Report:
     # the batches of `in_float64` run in float32 too, every hidden state and the pooler whose
     # rows passed set against transformers' float32 (within FULL_FLOAT32_MAX_ABS)
     float32_full: Comparison | None = None
+    # a sentence-transformers directory's: the texts embedded, each one's tokens before
+    # truncation (the prompt's included), and the length the directory truncates them to
+    sentence_tokens: list[int] = field(default_factory=list)
+    sentence_truncation: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -134,6 +147,9 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     """verify, once: its report, and its weights files' identities as found before reading."""
     ckpt = read_checkpoint(src.path, from_layout, src.weights)
     implements(imported(), ckpt.config)
+    pipeline = sentence.read_pipeline(src.path, positions(ckpt.config))
+    if pipeline is not None and not pipeline.refused:
+        sentence_transformers()  # needed for its row: said before any work
     nonfinite = storage.nonfinite(ckpt.state_dict)
     reading = official(ckpt)  # handed on to every model below, and to the diagnosis
     arch = reading.table.architecture
@@ -148,6 +164,8 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     wanted = [(b, {runs[id(b)], truth(runs[id(b)]), torch.float32}) for b in batches]
     computed = _reference(ckpt, reading, wanted + [(left, {torch.float32})] * bool(left), dev)
     ours, name = _ours(ckpt, reading, model, model_layout)
+    if pipeline is not None and not pipeline.refused:
+        ours.sentence_width = sentence.width(pipeline, ckpt.config.hidden_size)
     prepared = [ours.prepare(b.tensors) for b in batches]
     kinds = list(dict.fromkeys(b.kind for b in batches))
     longest = max(b.longest for b in batches)
@@ -180,7 +198,61 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     report.notes = [str(note) for note in ours.notes]
     if taken_apart:
         report.diagnosis = ours.diagnose(failing, prepared, ckpt)
+    if pipeline is not None:
+        _sentence_row(report, pipeline, ckpt, reading, ours, dev)
     return report, ckpt.seen
+
+
+def _sentence_row(report: Report, pipeline, ckpt: Checkpoint, reading, ours: Runner, dev) -> None:
+    """The `sentence embedding` row of a sentence-transformers directory: the model's last
+    hidden state through the directory's pipeline (pooling, Dense, Normalize), on texts of
+    several lengths and one past the truncation length, against
+    `SentenceTransformer(DIR).encode` on the same texts."""
+    if pipeline.refused:
+        report.notes.append(f"sentence embedding not compared: {pipeline.refused}")
+        return
+    words = tokenizer(ckpt.path)
+    if words is None:
+        report.notes.append(
+            "sentence embedding not compared: the directory has no tokenizer (tokenizer.json "
+            "or vocab.txt), which sentence-transformers needs too"
+        )
+        return
+    texts, prompt = sentence.texts(pipeline, positions(ckpt.config)), pipeline.prompt()
+    report.sentence_tokens = sentence.token_counts(words, texts, prompt)
+    report.sentence_truncation = pipeline.max_seq_length
+    batch, length = sentence.tokenized(pipeline, words, texts, prompt, ckpt.config.pad_token_id)
+    run_in = DTYPES[report.dtype]
+    expected = sentence_embeddings(ckpt, reading, texts, {torch.float32, run_in}, dev)
+    got, tokens = _embedded(ours, pipeline, batch, length, run_in, dev, ckpt.config)
+    truth = expected[torch.float32]
+    if run_in == torch.float32:
+        report.rows.append(_row(SENTENCE, got, truth, FLOAT32_MAX_ABS))
+    else:
+        own = (expected[run_in] - truth).abs().max().item()
+        report.rows.append(_row(SENTENCE, got, truth, LOW_PRECISION_FACTOR * own, own))
+    if report.diagnosis is None and tokens is not None and not report.passed:
+        last = next(r for r in report.rows if r.name == str(layer(ckpt.config.num_hidden_layers)))
+        if last.passed and run_in == torch.float32:
+            mask = batch["attention_mask"]
+            report.diagnosis = diagnosed(pipeline, got, tokens, mask, length, last.max_abs)
+
+
+def _embedded(ours: Runner, pipeline, batch: dict, prompt_length: int, dtype, dev, config):
+    """The model's sentence embeddings of `batch`: the one it returns (a user's model without
+    a pooler may), else its last hidden state, computed in `dtype`, through the pipeline in
+    float32 (NaN where it computes no such state); and that state (B, T, H), where the model
+    returned its own embedding (for the diagnosis)."""
+    with no_tf32():
+        got = ours.run([ours.prepare(batch)], dev, [dtype])
+    mask = batch["attention_mask"]
+    states = got.get(layer(config.num_hidden_layers))
+    if states is None or states.dim() != 2 or len(states) != int(mask.sum()):
+        return got.get(SENTENCE, torch.tensor(math.nan)), None
+    tokens = sentence.unflattened(states.float(), mask)
+    if SENTENCE in got:
+        return got[SENTENCE], tokens
+    return sentence.embed(pipeline, tokens, mask, prompt_length), None
 
 
 def _ours(ckpt: Checkpoint, reading: Reading, model: str | None, model_layout) -> tuple:
@@ -307,5 +379,7 @@ class Ours(Runner):
 
 
 def _row(output: Output, got, expected, limit, reference_max_abs=None) -> Comparison:
+    if got.dim() and got.shape != expected.shape:  # a sentence embedding of another width
+        return Comparison(str(output), math.nan, math.nan, limit, reference_max_abs)
     diff = (got - expected).abs()
     return Comparison(str(output), diff.max().item(), diff.mean().item(), limit, reference_max_abs)

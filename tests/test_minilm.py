@@ -16,7 +16,10 @@ def test_parity_with_transformers_layer_by_layer(minilm):
         "embeddings",
         *(f"layer {i}" for i in range(1, 7)),
         "pooler",
+        "sentence embedding",  # its whole pipeline, against sentence-transformers'
     ]
+    assert report.sentence_truncation == 256  # sentence_bert_config.json's, not the positions
+    assert max(report.sentence_tokens) > 512 and not report.notes
     assert report.float32_full.passed  # the 512-position batch in float32 too
     assert report.inputs == ["tokenized text", "random ids", "random ids of all 512 positions"]
     assert report.longest_sequence == 512  # every position MiniLM has

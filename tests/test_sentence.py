@@ -4,56 +4,13 @@ directories sentence-transformers writes itself, old files (legacy pooling flags
 
 import json
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 
 from bertconv.errors import CheckpointError
 from bertconv.sentence import Dense, Normalize, Pooling, read_pipeline
-
-
-@pytest.fixture(scope="module")
-def encoder(tmp_path_factory) -> Path:
-    """A tiny BERT, with its tokenizer, that sentence-transformers wraps."""
-    import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    root = tmp_path_factory.mktemp("encoder")
-    config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
-                                     num_attention_heads=2, intermediate_size=20,
-                                     max_position_embeddings=24)  # fmt: skip
-    transformers.BertModel(config).save_pretrained(root)
-    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])}
-    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]", model_max_length=20,
-    )  # fmt: skip
-    fast.save_pretrained(root)
-    return root
-
-
-def _written(encoder: Path, out: Path, modes, dense=None, normalize=True, **kwargs) -> Path:
-    """A directory sentence-transformers writes: the encoder, Pooling, Dense, Normalize."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from sentence_transformers import SentenceTransformer
-        from sentence_transformers.base.modules import Dense as STDense
-        from sentence_transformers.base.modules import Normalize as STNormalize
-        from sentence_transformers.base.modules import Transformer
-        from sentence_transformers.sentence_transformer.modules import Pooling as STPooling
-
-        include = kwargs.pop("include", True)
-        modules = [Transformer(str(encoder)), STPooling(16, modes, include_prompt=include)]
-        if dense is not None:
-            width = 16 * (len(modes) if isinstance(modes, tuple) else 1)
-            modules.append(STDense(width, 8, activation_function=dense))
-        modules += [STNormalize()] if normalize else []
-        SentenceTransformer(modules=modules, **kwargs).save(str(out))
-    return out
-
+from st_dirs import written
 
 MODES = ["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
 
@@ -62,7 +19,7 @@ MODES = ["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoke
 def test_every_pooling_mode_sentence_transformers_writes_is_read_in_its_order(
     modes, encoder, tmp_path
 ):
-    found = read_pipeline(_written(encoder, tmp_path / "st", modes), 24)
+    found = read_pipeline(written(encoder, tmp_path / "st", modes), 24)
     assert found.steps == (Pooling((modes,) if isinstance(modes, str) else modes), Normalize())
     assert found.refused is None and found.max_seq_length == 20  # the tokenizer's, saved
 
@@ -70,7 +27,7 @@ def test_every_pooling_mode_sentence_transformers_writes_is_read_in_its_order(
 def test_legacy_flags_concatenate_in_sentence_transformers_order(encoder, tmp_path):
     """Old files set a flag per mode: concatenated cls, max, mean, ..., whatever the file's
     order; none set is mean. The old types (`sentence_transformers.models.Pooling`) too."""
-    out = _written(encoder, tmp_path / "st", "mean")
+    out = written(encoder, tmp_path / "st", "mean")
     modules = json.loads((out / "modules.json").read_text())
     for m in modules:
         m["type"] = "sentence_transformers.models." + m["type"].rpartition(".")[2]
@@ -87,7 +44,7 @@ def test_legacy_flags_concatenate_in_sentence_transformers_order(encoder, tmp_pa
     "activation, name", [(torch.nn.Tanh(), "tanh"), (torch.nn.Identity(), None)]
 )
 def test_dense_is_read_with_its_activation_and_folder(activation, name, encoder, tmp_path):
-    found = read_pipeline(_written(encoder, tmp_path / "st", ("cls", "mean"), activation), 24)
+    found = read_pipeline(written(encoder, tmp_path / "st", ("cls", "mean"), activation), 24)
     dense = found.steps[1]
     assert isinstance(dense, Dense) and (dense.in_features, dense.out_features) == (32, 8)
     assert dense.activation == name and dense.bias and (dense.folder / "config.json").is_file()
@@ -96,7 +53,7 @@ def test_dense_is_read_with_its_activation_and_folder(activation, name, encoder,
 def test_prompts_resolve_as_encode_does(encoder, tmp_path):
     """An explicit prompt, then prompt_name's, then the default's; an empty prompt is none;
     include_prompt is read from the pooling."""
-    out = _written(encoder, tmp_path / "st", "mean", include=False,
+    out = written(encoder, tmp_path / "st", "mean", include=False,
                    prompts={"query": "q: ", "doc": ""}, default_prompt_name="query")  # fmt: skip
     found = read_pipeline(out, 24)
     assert found.steps[0].include_prompt is False
@@ -107,7 +64,7 @@ def test_prompts_resolve_as_encode_does(encoder, tmp_path):
 
 
 def test_truncation_is_the_settings_then_the_tokenizers_capped_at_the_positions(encoder, tmp_path):
-    out = _written(encoder, tmp_path / "st", "mean")
+    out = written(encoder, tmp_path / "st", "mean")
     assert read_pipeline(out, 12).max_seq_length == 12  # the tokenizer's 20, capped
     (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8}))
     assert read_pipeline(out, 24).max_seq_length == 8
@@ -121,7 +78,7 @@ def test_the_real_minilm_pipeline(minilm):
 
 
 def test_a_module_bertconv_does_not_know_is_named_and_never_run(encoder, tmp_path):
-    out = _written(encoder, tmp_path / "st", "mean")
+    out = written(encoder, tmp_path / "st", "mean")
     modules = json.loads((out / "modules.json").read_text())
     modules.insert(2, {"idx": 9, "name": "x", "path": "x", "type": "my_package.Whitening"})
     (out / "modules.json").write_text(json.dumps(modules))
@@ -131,7 +88,7 @@ def test_a_module_bertconv_does_not_know_is_named_and_never_run(encoder, tmp_pat
 
 @pytest.mark.parametrize("path", ["../elsewhere", "/etc"])
 def test_a_module_outside_the_directory_is_refused(path, encoder, tmp_path):
-    out = _written(encoder, tmp_path / "st", "mean")
+    out = written(encoder, tmp_path / "st", "mean")
     modules = json.loads((out / "modules.json").read_text())
     modules[1]["path"] = path
     (out / "modules.json").write_text(json.dumps(modules))
@@ -177,7 +134,7 @@ def test_the_pipeline_after_the_encoder_computes_what_sentence_transformers_does
 
     from bertconv.sentence import embed
 
-    out = _written(encoder, tmp_path / "st", ("cls", "mean"), dense)
+    out = written(encoder, tmp_path / "st", ("cls", "mean"), dense)
     model = SentenceTransformer(str(out), device="cpu").eval()
     features = model.tokenize(["a b a", "b", "a a a a a a a a a a a a a a a a a a a a a a"])
     with torch.no_grad():
@@ -230,7 +187,7 @@ def test_prompts_left_out_of_the_pooling_and_lower_casing_as_encode_does(encoder
     from bertconv.batches import tokenizer
     from bertconv.sentence import embed, tokenized
 
-    out = _written(encoder, tmp_path / "st", ("weightedmean", "cls"), include=False,
+    out = written(encoder, tmp_path / "st", ("weightedmean", "cls"), include=False,
                    prompts={"query": "b a "}, default_prompt_name="query")  # fmt: skip
     settings = json.loads((out / "sentence_bert_config.json").read_text())
     (out / "sentence_bert_config.json").write_text(json.dumps(settings | {"do_lower_case": True}))
@@ -266,7 +223,7 @@ def test_encode_resolves_prompts_by_name(encoder, tmp_path):
 
     import bertconv
 
-    out = _written(encoder, tmp_path / "st", "mean", include=False,
+    out = written(encoder, tmp_path / "st", "mean", include=False,
                    prompts={"query": "b a ", "doc": "a "}, default_prompt_name="query")  # fmt: skip
     theirs, model = SentenceTransformer(str(out), device="cpu"), bertconv.load(out)
     for kwargs in ({}, {"prompt_name": "doc"}, {"prompt": "a b "}):
@@ -285,7 +242,7 @@ def test_encode_refuses_a_pipeline_with_a_module_bertconv_does_not_run(encoder, 
     """The model loads and computes as ever; its sentence embedding is refused, naming it."""
     import bertconv
 
-    out = _written(encoder, tmp_path / "st", "mean")
+    out = written(encoder, tmp_path / "st", "mean")
     modules = json.loads((out / "modules.json").read_text())
     modules.append({"idx": 9, "name": "x", "path": "x", "type": "my_package.Whitening"})
     (out / "modules.json").write_text(json.dumps(modules))

@@ -271,7 +271,7 @@ class Yours(Runner):
             self.misread.add(POOLER)  # its shape says why: nothing for the diagnosis
         for label in unused:
             self._never_used(label)
-        wrong, notes = returned(run, named, self.lenient)
+        wrong, notes = returned(run, named, self.lenient, self.sentence_width)
         for note in notes:
             self._say(note)
         self.inside.append({k: exact(v) for k, v in named.items() if k in wrong})

@@ -7,7 +7,7 @@ import torch
 from ..config import BertConfig
 from ..errors import UsageError
 from ..mapping import Table
-from ..outputs import EMBEDDINGS, POOLER, Head, Note, Output, layer
+from ..outputs import EMBEDDINGS, POOLER, SENTENCE, Head, Note, Output, layer
 from .harness import Run
 from .trace import tensors_in
 
@@ -157,29 +157,32 @@ def head_rows(group: str, value: torch.Tensor, heads: list[Head], mask: torch.Te
     return out
 
 
-def returned(run: Run, named: dict, lenient: bool) -> tuple[dict, list[Note]]:
+def returned(run: Run, named: dict, lenient: bool, sentence: int | None = None) -> tuple:
     """What the forward returned, set against what each tensor stands for: per token and of
     hidden size, the last layer (in a list of one per layer, or + 1, each hidden state in turn);
     per sequence and of hidden size, the pooler; else the head of its shape. Gives {output: the
     returned value} where it is not what the model computed (the last layer NaN where nothing
     returned is compared, unless `lenient` and it returns a tensor: a head the checkpoint lacks,
     not compared), and why. A returned tensor that is what the model computed is compared where
-    computed, whatever stands beside it (the embeddings beside the last layer: noted)."""
+    computed, whatever stands beside it (the embeddings beside the last layer: noted). Where the
+    directory computes a sentence embedding of width `sentence` and the model has no pooler, a
+    tensor of one such vector per sequence is its sentence embedding (SENTENCE)."""
     layers = [k.index for k in named if k.kind == "layer"]
     if not layers:  # no hidden state computed where the table says: those rows fail as NaN
         return {}, []
     mask = run.batch["attention_mask"]
     mask = mask.reshape(-1, mask.shape[-1]).bool()
     last = layer(max(layers))
-    stands_for = _standing_for(run.output, named, last, mask)
-    wrong, notes = {}, []
+    stands_for = _standing_for(run.output, named, last, mask, sentence)
+    wrong = {SENTENCE: stands_for.pop(SENTENCE)[0]} if SENTENCE in stands_for else {}
+    notes = []
     for label in sorted(stands_for, key=list(named).index):  # in the report's order
         values = stands_for[label]
         value, said = _set_against(label, values, named, named[last].dtype)
         notes += said
         if value is not None:
             wrong[label] = value
-    if not stands_for and not (lenient and any(True for _ in tensors_in(run.output))):
+    if not stands_for and not wrong and not (lenient and any(True for _ in tensors_in(run.output))):
         wrong[last] = torch.full_like(named[last], float("nan"))
         what = f"{type(run.output).__name__}, nothing that stands for a compared output"
         notes.append(Note(f"your forward returns {what} (the row: NaN)", (last,)))
@@ -195,7 +198,7 @@ def _together(notes: list[Note]) -> list[Note]:
     return [Note(note.text, inside) for note, inside in said.items()]
 
 
-def _standing_for(output, named: dict, last: Output, mask: torch.Tensor) -> dict[Output, list]:
+def _standing_for(output, named: dict, last: Output, mask, sentence: int | None) -> dict:
     """{a compared output: the returned tensors (at real positions) that stand for it}, each
     returned tensor once (a dict's last_hidden_state may be its hidden_states[-1] too)."""
     hidden = named[last].shape[-1]
@@ -210,12 +213,18 @@ def _standing_for(output, named: dict, last: Output, mask: torch.Tensor) -> dict
             continue
         if _per_token(t, hidden):
             label = labels.get(id(t), last)
+        elif value.shape == (len(mask), hidden) and POOLER in named:
+            label = POOLER
+        elif sentence and value.dim() == 2 and len(value) == len(mask) and value.shape[-1] in (
+            hidden, sentence,
+        ):  # fmt: skip
+            label = SENTENCE  # no pooler: a sentence vector (before Dense, or after) is this
         elif value.shape == (len(mask), hidden):
             label = POOLER
         else:
             same = [k for k, v in named.items() if v.shape == value.shape]
             label = (_equal_to(value, named) or same or [None])[0]
-        if label in named:
+        if label in named or label == SENTENCE:
             out.setdefault(label, []).append(value)
     return out
 

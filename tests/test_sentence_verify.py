@@ -1,0 +1,212 @@
+"""Sentence embeddings end to end (issue 34): verify's `sentence embedding` row on directories
+sentence-transformers writes itself, each pooling mode and wrapper form; convert and fetch
+carrying the wrapper byte for byte, into every layout; a from-scratch encoder judged on its
+sentence embedding, each faulty step named."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import bertconv
+from bertconv.api import Source, convert_checkpoint
+from bertconv.sentence import carried
+from bertconv.verify import verify
+from st_dirs import written
+
+ZOO = Path(__file__).parent / "zoo" / "sentence_encoders.py"
+TEXTS = ["a man is eating food.", "Paris IS the capital", "ok", "the quick brown fox " * 9]
+
+# (pooling modes, Dense's activation, Normalize, SentenceTransformer's other arguments)
+FORMS = {
+    **{mode: (mode, None, True, {}) for mode in ("cls", "max", "mean", "lasttoken")},
+    "mean_sqrt_len_tokens": ("mean_sqrt_len_tokens", None, False, {}),
+    "weightedmean": ("weightedmean", None, True, {}),
+    "concatenated": (("max", "cls", "mean"), None, True, {}),
+    "dense tanh": ("mean", torch.nn.Tanh(), True, {}),
+    "dense identity, unnormalized": (("cls", "mean"), torch.nn.Identity(), False, {}),
+    "prompt left out": (
+        "mean",
+        None,
+        True,
+        {"include": False, "prompts": {"q": "b a "}, "default_prompt_name": "q"},
+    ),  # fmt: skip
+}
+
+
+def _form(encoder: Path, out: Path, name: str) -> Path:
+    modes, dense, normalize, kwargs = FORMS[name]
+    return written(encoder, out, modes, dense, normalize, **dict(kwargs))
+
+
+def _row(report):
+    return next(r for r in report.rows if r.name == "sentence embedding")
+
+
+@pytest.mark.parametrize("name", list(FORMS))
+def test_verify_compares_the_whole_pipeline_with_sentence_transformers(name, encoder, tmp_path):
+    report = verify(str(_form(encoder, tmp_path / "st", name)), device="cpu")
+    row = _row(report)
+    assert report.passed and row.passed and row.max_abs <= 1e-5, report.rows
+    assert report.rows[-1] is row and not report.notes  # a passing row adds nothing else
+    assert report.sentence_truncation == 20  # tokenizer_config.json's model_max_length
+    assert max(report.sentence_tokens) > 24  # a text past the truncation and the positions
+
+
+def test_the_row_in_json_and_its_new_fields_use_no_max(encoder, tmp_path, cli):
+    out = _form(encoder, tmp_path / "st", "dense tanh")
+    code, printed, _ = cli("verify", out, "--device", "cpu", "--json")
+    found = json.loads(printed)
+    assert code == 0 and found["rows"][-1]["name"] == "sentence embedding"
+    assert found["sentence_truncation"] == 20 and len(found["sentence_tokens"]) == 5
+    assert not [k for k in ("sentence_tokens", "sentence_truncation") if "max" in k]
+    code, printed, _ = cli("verify", out, "--device", "cpu")
+    assert code == 0 and "sentence embedding" in printed
+
+
+def test_lower_casing_and_bfloat16(encoder, tmp_path):
+    out = _form(encoder, tmp_path / "st", "mean")
+    settings = json.loads((out / "sentence_bert_config.json").read_text())
+    (out / "sentence_bert_config.json").write_text(json.dumps(settings | {"do_lower_case": True}))
+    assert _row(verify(str(out), device="cpu")).passed
+    low = _row(verify(str(out), device="cpu", dtype="bfloat16"))
+    assert low.passed and low.reference_max_abs is not None and low.max_abs > 0
+
+
+def test_a_module_bertconv_does_not_run_is_named_and_the_encoder_still_verified(encoder, tmp_path):
+    out = _form(encoder, tmp_path / "st", "mean")
+    modules = json.loads((out / "modules.json").read_text())
+    modules.append({"idx": 9, "name": "x", "path": "x", "type": "my_package.Whitening"})
+    (out / "modules.json").write_text(json.dumps(modules))
+    report = verify(str(out), device="cpu")
+    assert report.passed and "sentence embedding" not in [r.name for r in report.rows]
+    assert any("not compared" in n and "my_package.Whitening" in n for n in report.notes)
+
+
+def test_sentence_transformers_missing_is_exit_6_with_the_extra_named(encoder, tmp_path):
+    out = _form(encoder, tmp_path / "st", "mean")
+    blocker = tmp_path / "blocked" / "sentence_transformers"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = os.environ | {"PYTHONPATH": str(blocker.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", "from bertconv.cli import main; main()", "verify", str(out),
+         "--device", "cpu"], capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert done.returncode == 6 and "bertconv[sentence]" in done.stderr, done.stderr
+
+
+# convert and fetch carry the wrapper ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("to", ["transformers", "minbert", "bertconv"])
+def test_convert_carries_the_wrapper_byte_for_byte_and_encodes_as_the_source(to, encoder, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    source = _form(encoder, tmp_path / "st", "prompt left out")
+    dense = _form(encoder, tmp_path / "dense", "dense tanh")
+    for src in (source, dense):
+        out = tmp_path / f"out-{src.name}"
+        convert_checkpoint(Source(str(src), src), out, to)
+        names = carried(src)
+        assert "modules.json" in names and "1_Pooling/config.json" in names
+        for name in names:
+            assert (out / name).read_bytes() == (src / name).read_bytes(), name
+        expected = SentenceTransformer(str(src), device="cpu").encode(TEXTS, convert_to_tensor=True)
+        assert (bertconv.load(out).encode(TEXTS) - expected).abs().max() <= 1e-5
+        if to == "transformers":  # a directory sentence-transformers loads itself
+            theirs = SentenceTransformer(str(out), device="cpu").encode(
+                TEXTS, convert_to_tensor=True
+            )
+            assert (theirs - expected).abs().max() <= 1e-5
+        report = verify(str(out), device="cpu")  # the reference: the same weights, official names
+        assert report.passed and _row(report).passed
+
+
+def test_an_earlier_results_modules_go_and_the_users_files_stay(encoder, tmp_path, checkpoints):
+    src = _form(encoder, tmp_path / "st", "dense tanh")
+    out = tmp_path / "out"
+    convert_checkpoint(Source(str(src), src), out, "minbert")
+    (out / "2_Dense" / "notes.txt").write_text("mine")
+    plain = checkpoints["pretraining"]
+    convert_checkpoint(Source(str(plain), plain), out, "minbert")
+    assert not (out / "modules.json").exists() and not (out / "1_Pooling").exists()
+    assert sorted(p.name for p in (out / "2_Dense").iterdir()) == ["notes.txt"]
+
+
+def test_a_changed_module_file_of_an_earlier_result_is_refused(encoder, tmp_path, checkpoints):
+    src = _form(encoder, tmp_path / "st", "mean")
+    out = tmp_path / "out"
+    convert_checkpoint(Source(str(src), src), out, "minbert")
+    (out / "1_Pooling" / "config.json").write_text("{}")
+    plain = checkpoints["pretraining"]
+    with pytest.raises(bertconv.errors.OutputError, match="1_Pooling/config.json .changed"):
+        convert_checkpoint(Source(str(plain), plain), out, "minbert")
+    assert (out / "1_Pooling" / "config.json").read_text() == "{}"
+
+
+def test_a_module_folder_that_is_a_link_in_the_output_is_refused(encoder, tmp_path):
+    src = _form(encoder, tmp_path / "st", "mean")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "1_Pooling").symlink_to(elsewhere)
+    with pytest.raises(bertconv.errors.OutputError, match="1_Pooling: is a link"):
+        convert_checkpoint(Source(str(src), src), out, "minbert")
+    assert list(elsewhere.iterdir()) == [] and sorted(p.name for p in out.iterdir()) == [
+        "1_Pooling"
+    ]
+
+
+# your own encoder -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def table(encoder, tmp_path_factory) -> Path:
+    from bertconv.cli import run
+
+    out = tmp_path_factory.mktemp("encoders") / "mean.toml"
+    args = ["infer", f"{ZOO}:MeanPooled", "--config", str(encoder / "config.json")]
+    assert run([*args, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("model", ["MeanPooled", "ReturnsTokens"])
+def test_a_right_encoder_passes(model, table, encoder, tmp_path, cli):
+    out = _form(encoder, tmp_path / "st", "mean")
+    code, printed, err = cli("verify", out, "--model", f"{ZOO}:{model}", "--layout", table)
+    assert code == 0 and "sentence embedding" in printed, printed + err
+
+
+@pytest.mark.parametrize(
+    "model, form, said",
+    [
+        ("ClsPooled", "mean", "the pooling differs .*CLS \\(the first token\\) pooled, where the "
+         "directory pools by the mean of the real tokens"),
+        ("MaxPooled", "mean", "the maximum of each feature over the tokens pooled"),
+        ("MeanOverPadding", "mean", "the padding pooled too"),
+        ("NotNormalized", "mean", "the normalization differs .*no normalization"),
+        ("MeanPooled", "dense tanh", "the Dense layer differs .*the Dense layer skipped"),
+        ("MeanPooled", "prompt left out", "the prompt's tokens pooled, where the directory "
+         "leaves them out"),
+        ("MeanPooled", "max", "the mean of the real tokens pooled, where the directory pools "
+         "by the maximum"),
+    ],
+)  # fmt: skip
+def test_each_faulty_encoder_fails_naming_its_step(
+    model, form, said, table, encoder, tmp_path, cli
+):
+    out = _form(encoder, tmp_path / "st", form)
+    code, printed, err = cli("verify", out, "--model", f"{ZOO}:{model}", "--layout", table)
+    assert code == 1, printed + err
+    lines = printed.splitlines()
+    assert any(line.startswith("sentence embedding") and "FAIL" in line for line in lines)
+    assert all("FAIL" not in line for line in lines if line.startswith(("embeddings", "layer")))
+    import re
+
+    assert re.search(said, printed.replace("\n", " ")), printed
