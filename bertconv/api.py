@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import files, formats, mapping, record, storage
+from . import files, formats, mapping, record, sentence, storage
 from .checkpoint import (
     HEADS_KEY,
     LAYOUT_KEY,
@@ -39,7 +39,7 @@ WRITTEN = (
 )
 
 if TYPE_CHECKING:
-    from . import hub, sentence
+    from . import hub
 
 
 def _quiet(message: str) -> None:
@@ -173,6 +173,8 @@ def _convert_into(
     _check_form(table.format, to_layout, output)
     output.check_replaceable()  # before the conversion's work
     result = convert_reading(reading, ckpt.config, table, selection)
+    # a table of yours placing Dense's weights ([sentence]): written with the rest, by its names
+    result.state_dict.update(sentence.placed(dict(table.sentence), src.path))
     metadata = {
         LAYOUT_KEY: recorded_as(to_layout),
         SOURCE_KEY: src.name,
@@ -193,8 +195,6 @@ def _carried(src: Source, output: files.Output) -> list[str]:
     into the output as they are; the output then replaces them, and an earlier result's files
     in its module folders that this one does not write, where bertconv wrote them (record.py).
     A file of the user's in such a folder is left where it is."""
-    from . import sentence
-
     carried = sentence.carried(src.path)
     earlier = sentence.carried(output.path, links=False)
     found = record.strangers(output.path, [n for n in earlier if n not in carried])

@@ -337,7 +337,7 @@ def infer(
 
     if out is not None:
         _check_table_out(out, [model.rpartition(":")[0], config])
-    found = run_infer(model, read_json_object(config) if config else None)
+    found = run_infer(model, read_json_object(config) if config else None, _dense_of(config))
     if found.text is None:
         raise NotBertError(f"{model}: {found.reason}")
     checked = ", ".join(f"{k} {v:.1e}" for k, v in found.checked.items())
@@ -350,6 +350,15 @@ def infer(
     _write_table(out, found.text)
     say(f"wrote {out}")
     typer.echo(out)
+
+
+def _dense_of(config: Path | None):
+    """The Dense layer of the sentence-transformers directory --config lies in, if any."""
+    from .sentence import Dense, read_pipeline
+
+    pipeline = read_pipeline(Path(config).parent) if config else None
+    steps = pipeline.steps if pipeline is not None else ()
+    return next((s for s in steps if isinstance(s, Dense)), None)
 
 
 def _check_table_out(out: Path, reads: list) -> None:

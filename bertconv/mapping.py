@@ -76,6 +76,8 @@ class Table:
     write_tied: bool = True  # transformers' classes tie them themselves on loading
     slots: tuple[str, ...] = ()  # a row's name + one of these: an optimizer's slot, skipped
     own: frozenset[str] = frozenset()  # a model's own tensors, from no checkpoint
+    # a model's tensors of sentence-transformers' modules: {its name: "Dense.linear.weight"}
+    sentence: tuple[tuple[str, str], ...] = ()
     holding: Holding = BERT_HOLDING  # how a from-scratch model holds BERT's family (family.py)
 
     def place(self, name: str) -> str | None:
@@ -245,7 +247,7 @@ def _identify_model(
         table = holding_copies(layout(name, config), names)
         held = _held(table, config, names)
         written = set(table.written(set(table.official_shapes(config, sorted(held))), held))
-        written |= set(table.generated) | table.own
+        written |= set(table.generated) | table.own | {n for n, _ in table.sentence}
         if written - buffers == names:
             return Identified(canonical(name), "given" if given else "by its names",
                               frozenset(names), held)  # fmt: skip
@@ -430,6 +432,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         "write_tied": raw.get("write_tied", True),
         "own": frozenset(own),
         "holding": Holding.of(raw),
+        "sentence": tuple(raw.get("sentence", {}).items()),
     }
     return Table(
         name,
@@ -438,7 +441,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         generated,
         aliases,
         tied,
-        frozenset(ignored | own),  # a model's own tensors: read from no file
+        frozenset(ignored | own | set(raw.get("sentence", {}))),  # read from no checkpoint
         prefix,
         prefixed,
         requires,

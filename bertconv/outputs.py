@@ -184,6 +184,10 @@ class Runner:
     def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
         return compared(self.model, batch, self.heads)
 
+    def hold(self, pipeline) -> None:
+        """Where a sentence-transformers directory's modules have weights the model holds (a
+        user's Dense): give them to it."""
+
     def differs_inside(self, output: Output, expected: list, limit: float) -> bool:
         """Does the model compute `output` otherwise inside (not only return something else)?
         `expected`: the reference's, batch by batch."""

@@ -98,9 +98,9 @@ def width(pipeline: Pipeline, hidden: int) -> int:
     return hidden
 
 
-def read_pipeline(directory: Path, positions: int) -> Pipeline | None:
+def read_pipeline(directory: Path, positions: int | None = None) -> Pipeline | None:
     """The pipeline of a sentence-transformers directory (None where it has no modules.json);
-    `positions`: the encoder's, which cap the truncation length."""
+    `positions`: the encoder's, which cap the truncation length (None: uncapped)."""
     directory = Path(directory)
     if not files.is_present(directory / MODULES):
         return None
@@ -216,7 +216,7 @@ def _dense(folder: Path) -> Dense | None:
 READERS = {"Pooling": _pooling, "Dense": _dense, "Normalize": lambda folder: Normalize()}
 
 
-def _truncation(directory: Path, settings: dict, positions: int) -> int | None:
+def _truncation(directory: Path, settings: dict, positions: int | None) -> int | None:
     """sentence_bert_config.json's max_seq_length where given, else the tokenizer's
     model_max_length; either capped at the encoder's positions."""
     length = settings.get("max_seq_length")
@@ -224,7 +224,7 @@ def _truncation(directory: Path, settings: dict, positions: int) -> int | None:
         length = _json(directory / "tokenizer_config.json").get("model_max_length")
     if not isinstance(length, (int, float)) or isinstance(length, bool) or length < 1:
         return positions
-    return int(min(length, positions))
+    return int(length if positions is None else min(length, positions))
 
 
 def _prompts(config: dict, path: Path) -> dict[str, str]:
@@ -407,8 +407,28 @@ def projected(x, dense: Dense):
 
 
 def dense_weights(dense: Dense) -> dict:
+    """Dense's tensors from its folder, in torch (dense_tensors)."""
+    from . import storage
+
+    return storage.all_to_torch(dense_tensors(dense))
+
+
+def placed(rows: dict[str, str], directory: Path) -> dict:
+    """The tensors a table's [sentence] `rows` place ({a model's name: "Dense.linear.weight"}),
+    read from the sentence-transformers directory's module folder, under the model's names;
+    {} where the directory has no such module."""
+    pipeline = read_pipeline(directory) if rows else None
+    steps = pipeline.steps if pipeline is not None else ()
+    dense = next((s for s in steps if isinstance(s, Dense)), None)
+    if dense is None:
+        return {}
+    held = dense_tensors(dense)
+    return {name: held[which.partition(".")[2]] for name, which in rows.items()}
+
+
+def dense_tensors(dense: Dense) -> dict:
     """Dense's tensors from its folder (model.safetensors, or an older pytorch_model.bin read
-    without running pickled code), checked against its config's sizes."""
+    without running pickled code), checked against its config's sizes, as read (storage.py)."""
     from . import pickles, storage
 
     found = [dense.folder / n for n in ("model.safetensors", "pytorch_model.bin")]
@@ -422,7 +442,7 @@ def dense_weights(dense: Dense) -> dict:
              if n not in held or tuple(held[n].shape) != s]  # fmt: skip
     if wrong:
         raise CheckpointError(f"{path}: not Dense's weights ({'; '.join(wrong)})")
-    return storage.all_to_torch({n: held[n] for n in wanted})
+    return {n: held[n] for n in wanted}
 
 
 @dataclass

@@ -47,11 +47,16 @@ KEYS = {
     "generated": dict,
     "write_tied": bool,  # are [tied] copies written (true: a user's model holds them by name)
     "holding": dict,  # how a from-scratch model holds BERT's family (Holding): infer writes it
+    # a model's tensors of sentence-transformers' modules, from the directory's module folders:
+    # {its name: "Dense.linear.weight"} (SENTENCE_TENSORS)
+    "sentence": dict,
     # A layout recognised but never converted: why its weights cannot carry over. Its rows are
     # shapes, and map no official tensor.
     REFUSED: str,
 }
 REQUIRED = ("name", "description", ENCODER)
+# What a table's [sentence] rows may name: a module's kind, then its tensor's name in the folder.
+SENTENCE_TENSORS = ("Dense.linear.weight", "Dense.linear.bias")
 MAX_NAME = 1024  # characters in a tensor name
 MAX_GENERATED = 16  # buffers a table makes
 MAX_GENERATED_ELEMENTS = 1 << 22  # elements in all of them: 32 MB of int64
@@ -307,6 +312,7 @@ def _name_problems(table: dict) -> list[tuple[str, str]]:
     names = [n for _, rows in sections(table) for n in rows]
     names += [*table.get("aliases", {}), *table.get("tied", {}), *table.get("generated", {})]
     names += [n for k in ("ignored", "own") for n in table.get(k, []) if isinstance(n, str)]
+    names += list(table.get("sentence", {}))
     return [(name, why) for name in names if (why := _bad_name(name))]
 
 
@@ -347,6 +353,10 @@ def _other_name_problems(table: dict, names: set[str]) -> list[tuple[str, str]]:
     for key in ("ignored", "own"):
         if not all(isinstance(n, str) and n not in names for n in table.get(key, [])):
             problems.append((key, "a list of tensor names, none a row's"))
+    for name, target in table.get("sentence", {}).items():
+        if target not in SENTENCE_TENSORS or name in names or name in table.get("own", []):
+            problems.append((f"sentence.{name}", f"one of {', '.join(SENTENCE_TENSORS)}, for a "
+                             "tensor that is neither a row's nor the model's own"))  # fmt: skip
     return problems
 
 

@@ -166,6 +166,7 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     ours, name = _ours(ckpt, reading, model, model_layout)
     if pipeline is not None and not pipeline.refused:
         ours.sentence_width = sentence.width(pipeline, ckpt.config.hidden_size)
+        ours.hold(pipeline)
     prepared = [ours.prepare(b.tensors) for b in batches]
     kinds = list(dict.fromkeys(b.kind for b in batches))
     longest = max(b.longest for b in batches)

@@ -210,3 +210,67 @@ def test_each_faulty_encoder_fails_naming_its_step(
     import re
 
     assert re.search(said, printed.replace("\n", " ")), printed
+
+
+@pytest.fixture(scope="module")
+def dense_table(encoder, tmp_path_factory) -> tuple[Path, Path]:
+    """A directory with Dense (Tanh), and the table infer writes for WithDense given its
+    config.json: Dense's weights placed by [sentence]."""
+    from bertconv.cli import run
+
+    root = tmp_path_factory.mktemp("dense")
+    directory = _form(encoder, root / "st", "dense tanh")
+    out = root / "dense.toml"
+    args = ["infer", f"{ZOO}:WithDense", "--config", str(directory / "config.json")]
+    assert run([*args, "--out", str(out)]) == 0
+    return directory, out
+
+
+def test_infer_places_the_models_dense_and_verify_gives_it_the_directorys(dense_table, cli):
+    import tomllib
+
+    directory, table = dense_table
+    found = tomllib.loads(table.read_text())
+    assert found["sentence"] == {"dense.weight": "Dense.linear.weight",
+                                 "dense.bias": "Dense.linear.bias"}  # fmt: skip
+    assert "dense.weight" not in found.get("own", [])
+    code, printed, err = cli("verify", directory, "--model", f"{ZOO}:WithDense", "--layout", table)
+    assert code == 0 and "sentence embedding" in printed, printed + err
+    code, printed, _ = cli("verify", directory, "--model", f"{ZOO}:DenseReLU", "--layout", table)
+    assert code == 1 and "Dense's activation ReLU, where the directory's is Tanh" in printed
+
+
+def test_convert_into_the_table_writes_dense_under_the_models_names(dense_table, tmp_path):
+    import importlib.util
+
+    from safetensors.torch import load_file
+
+    spec = importlib.util.spec_from_file_location("sentence_encoders_for_test", ZOO)
+    sentence_encoders = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sentence_encoders)
+    directory, table = dense_table
+    convert_checkpoint(Source(str(directory), directory), tmp_path / "out", str(table))
+    config = json.loads((directory / "config.json").read_text())
+    model = sentence_encoders.WithDense(type("Config", (), config))
+    model.load_state_dict(load_file(tmp_path / "out" / "model.safetensors"), strict=True)
+    dense = load_file(directory / "2_Dense" / "model.safetensors")
+    assert torch.equal(model.dense.weight, dense["linear.weight"])
+
+
+def test_a_table_placing_dense_on_a_directory_without_one_says_so(dense_table, encoder, tmp_path):
+    _, table = dense_table
+    out = _form(encoder, tmp_path / "st", "mean")
+    report = verify(str(out), device="cpu", model=f"{ZOO}:WithDense", model_layout=str(table))
+    assert any("the directory has no Dense layer" in n for n in report.notes)
+    assert not report.passed  # its 8 features, where the directory's mean has 16
+
+
+def test_a_tables_sentence_rows_name_only_what_sentence_transformers_holds(tmp_path):
+    from bertconv.errors import TableError
+    from bertconv.tables import read_table
+
+    good = (Path(__file__).parent.parent / "mappings" / "minbert.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(good + '\n[sentence]\n"dense.weight" = "Dense.linear.kernel"\n')
+    with pytest.raises(TableError, match="Dense.linear.weight"):
+        read_table(bad)

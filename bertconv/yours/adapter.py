@@ -45,6 +45,7 @@ from ..outputs import (
     truth,
 )
 from ..reference import reference_model
+from ..sentence import Dense, dense_weights
 from ..tables import Holding, holding_of
 from .diagnose import Diagnosis, diagnose
 from .fence import APPLIED, shipped
@@ -182,7 +183,7 @@ class Yours(Runner):
         compared_groups = kept | self.seeded
         absent = _head_names(table, ckpt.config, groups - compared_groups)
         absent -= _head_names(table, ckpt.config, compared_groups)
-        load_weights(model, spec, self._tensors(), absent | table.own)
+        load_weights(model, spec, self._tensors(), absent | table.own | dict(table.sentence).keys())
         self.notes = _not_compared(table, ckpt.config, groups - compared_groups, compared_groups)
         if poolerless:
             kept_own = "not compared; your model keeps its own weights"
@@ -198,6 +199,29 @@ class Yours(Runner):
         self.anchors = anchors(table, ckpt.config, set(self.conversion.groups))
         self.heads = heads(self.conversion.model_class, self.conversion.table.architecture)
         self.model = model
+
+    def hold(self, pipeline) -> None:
+        """The sentence-transformers modules' tensors the table places in the model ([sentence]:
+        Dense's weights), from the directory's module folders; where the directory has no such
+        module, the model's own are kept, said."""
+        rows = dict(self.table.sentence)
+        if not rows:
+            return
+        dense = next((s for s in pipeline.steps if isinstance(s, Dense)), None)
+        if dense is None:
+            said = "the directory has no Dense layer: your model's own weights kept"
+            self.notes.append(Note(f"{listed(sorted(rows))}: {said}"))
+            return
+        held, given = self.model.state_dict(keep_vars=True), dense_weights(dense)
+        for name, which in rows.items():
+            tensor = given[which.partition(".")[2]]
+            if name not in held or held[name].shape != tensor.shape:
+                found = tuple(held[name].shape) if name in held else "no such tensor"
+                raise CheckpointError(
+                    f"{dense.folder}: {which.partition('.')[2]} {tuple(tensor.shape)} does not "
+                    f"fit your model's {name} ({found}), where the table's [sentence] places it"
+                )
+            held[name].data = tensor.to(held[name].dtype).contiguous()
 
     def reference_seeded(self, computed: dict, batches: list, device) -> None:
         """transformers' outputs of the heads given seeded weights (the checkpoint has none of

@@ -376,13 +376,31 @@ def _fused_rows(unit: Unit, choice: Assignment, model: Model) -> dict:
     return out
 
 
+def dense_rows(dense, own: list[Unit], patterns: dict[str, str]) -> dict[str, str]:
+    """The [sentence] rows of a sentence-transformers directory's Dense layer (`dense`; None:
+    none): the first of the model's own projections of its shape, stored (out, in) as Dense's
+    is, with a bias where it has one."""
+    if dense is None:
+        return {}
+    shape = (dense.out_features, dense.in_features)
+    found = [u for u in own if u.shape == shape and u.transposed is not True]
+    unit = next((u for u in found if (u.bias is not None) == dense.bias), None)
+    if unit is None:
+        return {}
+    rows = {patterns[unit.weight]: "Dense.linear.weight"}
+    return rows | ({patterns[unit.bias]: "Dense.linear.bias"} if unit.bias else {})
+
+
 def raw_table(
-    name: str, rows: dict, model: Model, generated: dict, own: list[str], holding: dict
-) -> dict:
-    """`holding`: how the model holds BERT's family ([holding]; empty: as BERT)."""
+    name: str, rows: dict, model: Model, generated: dict, own: list[str], holding: dict,
+    sentence: dict | None = None,
+) -> dict:  # fmt: skip
+    """`holding`: how the model holds BERT's family ([holding]; empty: as BERT); `sentence`:
+    its tensors of sentence-transformers' modules."""
     raw = {"name": name, "description": "inferred", ENCODER: rows.get(ENCODER, {})}
     raw |= {"holding": holding} if holding else {}
     raw |= {"own": own} if own else {}
+    raw |= {"sentence": sentence} if sentence else {}
     groups = {g: r for g, r in rows.items() if g != ENCODER and r}
     if groups:
         raw["groups"] = groups
@@ -413,6 +431,8 @@ def table_text(raw: dict, spec: str, notes: list[str]) -> str:
     blocks = [(f"{how}\n[holding]", raw.get("holding", {})), (f"[{ENCODER}]", raw[ENCODER])]
     blocks += [(f"[groups.{g}]", rows) for g, rows in raw.get("groups", {}).items()]
     blocks += [("[tied]", raw.get("tied", {})), ("[generated]", raw.get("generated", {}))]
+    dense = "# The Dense layer of the sentence embedding, from the directory's module folder."
+    blocks += [(f"{dense}\n[sentence]", raw.get("sentence", {}))]
     for title, section in blocks:
         if section:
             lines += ["", title] + [f"{_toml(k)} = {_toml(v)}" for k, v in section.items()]

@@ -242,12 +242,13 @@ def _failing_part(distances: dict[Output, float] | None) -> str | None:
     return next((label.part for label, d in distances.items() if not d <= TOLERANCE), None)
 
 
-def infer(spec: str, config_dict: dict | None = None) -> Inference:
+def infer(spec: str, config_dict: dict | None = None, dense=None) -> Inference:
     """The table of `spec`'s names (PKG.MODULE:NAME or path.py:NAME), found and checked. Given
     a config.json of BERT's family, the model is built each way the type may be held
     (family.holdings: a RoBERTa as RoBERTa counts positions, then as a BERT does): the first
     whose assignment computes it is the table, its [holding] recorded; else the closest says
-    why."""
+    why. `dense`: a sentence-transformers directory's Dense layer, which a projection of the
+    model's own of its shape is ([sentence])."""
     # A config.json naming its classes is transformers': without id2label, num_labels is 2.
     probe = PROBE | ({"num_labels": 2} if "architectures" in (config_dict or {}) else {})
     given = catalog.read_config(config_dict or {}, "--config")
@@ -258,7 +259,7 @@ def infer(spec: str, config_dict: dict | None = None) -> Inference:
     tried, errors = [], []
     for holding in _holdings(given):
         try:  # a model built for one way may not build, or run, another
-            found = _inferred(spec, config_dict, given, holding)
+            found = _inferred(spec, config_dict, given, holding, dense)
         except BertconvError as e:
             errors.append(e)
             continue
@@ -288,7 +289,7 @@ def _probe_config(given: BertConfig, holding: Holding) -> BertConfig:
     return replace(config, model_type=holding.names) if holding.names else config
 
 
-def _inferred(spec: str, config_dict: dict | None, given: BertConfig, holding) -> Inference:
+def _inferred(spec: str, config_dict: dict | None, given: BertConfig, holding, dense) -> Inference:
     """The table of `spec`'s names, the model built and held as `holding` says."""
     factory = factory_dict(config_dict, given, holding) if config_dict else {}
     # the type's own name of the layer count (DistilBERT's n_layers) as BERT's, raised to 2
@@ -320,7 +321,7 @@ def _inferred(spec: str, config_dict: dict | None, given: BertConfig, holding) -
     given_labels = {"num_labels", "id2label"} & set(config_dict or {})  # not the default 2
     return Search(
         user, harness, config, spec, generated, config.num_labels if given_labels else None,
-        holding=holding,
+        holding=holding, dense=dense,
     ).run()  # fmt: skip
 
 
@@ -389,6 +390,7 @@ class Search:
     foreign: tuple = ()  # (its tensors no part of BERT fits, why): held as its own meanwhile
     told: tuple[str, ...] = ()  # notes for the user: a label count other than --config's
     holding: Holding = BERT_HOLDING  # how the model holds the checkpoint ([holding])
+    dense: object = None  # sentence.Dense of --config's directory: placed in the model's own
 
     def run(self) -> Inference:
         embeddings = list(assign.global_choices(self.user))
@@ -482,20 +484,22 @@ class Search:
         name = self.spec.rpartition(":")[2]
         rows = assign.sections(merged, self.user)
         own = self._own(units)
-        return assign.raw_table(name, rows, self.user, self.generated, own, self.holding.recorded())
+        sentence = assign.dense_rows(self.dense, own, self.user.patterns)
+        names = [self.user.patterns[n] for u in own for n in u.names]
+        own = [n for n in dict.fromkeys(names) if n not in sentence]
+        holding = self.holding.recorded()
+        return assign.raw_table(name, rows, self.user, self.generated, own, holding, sentence)
 
-    def _own(self, placed: dict) -> list[str]:
-        """The model's own tensors: those no part of BERT takes that its forward never reads,
+    def _own(self, placed: dict) -> list:
+        """The model's own units: those no part of BERT takes that its forward never reads,
         and the heads of a model with no pooler."""
         units = [u for u in self.user.layer + self.user.outside if u not in placed.values()]
-        own = [u for u in units if u.order == UNUSED or u in self.detached]
-        names = [self.user.patterns[n] for u in own for n in (u.weight, u.bias) if n]
-        return list(dict.fromkeys(names))
+        return [u for u in units if u.order == UNUSED or u in self.detached]
 
     def _uncovered(self, chosen: dict) -> tuple:
         """The tensors no part of BERT fits, and why no table can hold the model; () if none."""
         raw = self._raw(chosen)
-        parts = (raw[ENCODER], raw.get("tied", {}), raw.get("own", []))
+        parts = (raw[ENCODER], raw.get("tied", {}), raw.get("own", []), raw.get("sentence", {}))
         parts += tuple(raw.get("groups", {}).values())
         layers = range(self.config.num_hidden_layers)
         named = {n.replace("{layer}", str(i)) for part in parts for n in part for i in layers}
@@ -513,7 +517,10 @@ class Search:
         units = [u for a in chosen.values() for u in a.units.values()]
         unused = [u.weight for u in units if u.order == UNUSED and u.kind != "embedding"]
         never = "Never used by its forward (placed by name and shape only)"
-        own = [f"{u.weight}: the model's own (no pooler before it)" for u in self.detached]
+        dense = assign.dense_rows(self.dense, list(self.detached), self.user.patterns)
+        own = [f"{u.weight}: the directory's Dense layer (by its shape)" if self.user.patterns[
+            u.weight] in dense else f"{u.weight}: the model's own (no pooler before it)"
+            for u in self.detached]  # fmt: skip
         return ([f"{never}: {', '.join(unused)}"] if unused else []) + own + list(self.told)
 
     def _why(self, found) -> str:

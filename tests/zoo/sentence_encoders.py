@@ -95,3 +95,26 @@ class ReturnsTokens(MeanPooled):
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         return self.tokens(input_ids, attention_mask, token_type_ids)
+
+
+class WithDense(MeanPooled):
+    """Mean pooling, then a Dense layer (Linear, Tanh) to `out_features`, normalised: a
+    directory with 2_Dense/, its weights placed by the table's [sentence] rows."""
+
+    def __init__(self, config, out_features: int = 8):
+        super().__init__(config)
+        self.dense = nn.Linear(config.hidden_size, out_features)
+
+    def project(self, x):
+        return torch.tanh(self.dense(x))
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        x = self.pool(self.tokens(input_ids, attention_mask, token_type_ids), attention_mask)
+        return F.normalize(self.project(x), p=2, dim=-1)
+
+
+class DenseReLU(WithDense):
+    """Dense's activation a ReLU, where the directory's is Tanh."""
+
+    def project(self, x):
+        return F.relu(self.dense(x))
