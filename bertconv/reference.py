@@ -13,6 +13,7 @@ from .config import BertConfig
 from .convert import Reading, Selection, convert_reading
 from .errors import CheckpointError, MissingDependencyError
 from .mapping import layout
+from .outputs import cast_order
 from .tables import OFFICIAL
 
 
@@ -155,10 +156,20 @@ def _sentence_embeddings(ckpt: Checkpoint, reading: Reading, texts: list[str], d
             raise CheckpointError(
                 f"{ckpt.path}: sentence-transformers cannot load it ({reason})"
             ) from None
-        out = {}
-        for dtype in sorted(dtypes, key=lambda t: t != torch.float32):
-            model.to(dtype)
-            with torch.inference_mode():
-                found = model.encode(texts, convert_to_tensor=True, show_progress_bar=False)
-            out[dtype] = found.cpu().float()
-        return out
+        return {t: _encoded(model, texts, t, ckpt.path) for t in sorted(dtypes, key=cast_order)}
+
+
+def _encoded(model, texts: list[str], dtype, path: Path):
+    """sentence-transformers' `encode` of `texts` in `dtype`, on the CPU in float32."""
+    model.to(dtype)
+    try:
+        with torch.inference_mode():
+            found = model.encode(texts, convert_to_tensor=True, show_progress_bar=False)
+    except Exception as e:  # its own code, on what the directory asks of it
+        reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
+        raise CheckpointError(
+            f"{path}: sentence-transformers cannot encode verify's texts with it ({reason}); "
+            "a text as long as its truncation length (sentence_bert_config.json's "
+            "max_seq_length) must fit its positions"
+        ) from None
+    return found.cpu().float()

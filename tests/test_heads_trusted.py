@@ -88,8 +88,9 @@ def test_a_masked_lm_head_on_a_model_without_a_pooler(masked_lm, minilm, cli, tm
     code, rows, out = verified(cli, masked_lm, spec, table)
     assert code == 0 and rows[-1] == "mlm" and "pooler" not in rows, out
     code, rows, out = verified(cli, minilm, spec, table)  # its head given seeded weights
-    assert code == 0 and "mlm: the checkpoint has none" in out and rows[-1] == "mlm", out
-    assert "seeded weights" in out and len(rows) == 8, out
+    assert code == 0 and "mlm: the checkpoint has none" in out and rows[-2] == "mlm", out
+    assert rows[-1] == "sentence"  # MiniLM's sentence embedding, after the rows of the model
+    assert "seeded weights" in out and len(rows) == 9, out
 
 
 def test_a_classifier_read_off_the_cls_state_is_the_models_own(sentiment, minilm, cli, tmp_path):
@@ -102,7 +103,7 @@ def test_a_classifier_read_off_the_cls_state_is_the_models_own(sentiment, minilm
     assert (
         code == 0
         and "classifier.bias, classifier.weight: your model's own" in out
-        and len(rows) == 7
+        and len(rows) == 8  # the embeddings, 6 layers, MiniLM's sentence embedding
     ), out
     code, _, out = verified(cli, sentiment, spec, table)
     assert code == 4 and "checkpoint's classifier head" in out and "as its own" in out, out
@@ -115,7 +116,8 @@ def test_a_parameter_the_forward_never_reads_is_the_models_own(minilm, cli, tmp_
     table = inferred(cli, tmp_path, spec)
     assert 'own = ["final_ln.weight", "final_ln.bias"]' in table.read_text()
     code, rows, out = verified(cli, minilm, spec, table)
-    assert code == 0 and rows[-1] == "pooler" and "final_ln.bias, final_ln.weight: your" in out
+    assert code == 0 and rows[-2:] == ["pooler", "sentence"]
+    assert "final_ln.bias, final_ln.weight: your" in out
     code, _, err = cli("convert", minilm, "--to", table, "--out", tmp_path / "out")
     assert code == 0, err
 

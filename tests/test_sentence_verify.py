@@ -274,3 +274,12 @@ def test_a_tables_sentence_rows_name_only_what_sentence_transformers_holds(tmp_p
     bad.write_text(good + '\n[sentence]\n"dense.weight" = "Dense.linear.kernel"\n')
     with pytest.raises(TableError, match="Dense.linear.weight"):
         read_table(bad)
+
+
+def test_a_truncation_length_past_the_positions_is_said_not_a_crash(encoder, tmp_path, cli):
+    """sentence-transformers itself cannot encode a text of 512 tokens with 24 positions:
+    verify says which file asks for it (exit 4), never an internal error."""
+    out = _form(encoder, tmp_path / "st", "mean")
+    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 512}))
+    code, _, err = cli("verify", out, "--device", "cpu")
+    assert code == 4 and "sentence-transformers cannot encode" in err and "max_seq_length" in err
