@@ -72,6 +72,7 @@ class Pipeline:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     refused: str | None = None  # why bertconv cannot compute its sentence embedding
+    padding_side: str = "right"  # tokenizer_config.json's, which sentence-transformers pads on
 
     def prompt(self, prompt: str | None = None, prompt_name: str | None = None) -> str:
         """The text put before each sentence, as `encode` resolves it: an explicit prompt, then
@@ -119,6 +120,9 @@ def read_pipeline(directory: Path, positions: int | None = None) -> Pipeline | N
         refused.append(f"none that pools the tokens ({directory / MODULES})")
     settings = _json(directory / SETTINGS)
     prompts = _json(directory / PROMPTS)
+    side = _json(directory / "tokenizer_config.json").get("padding_side", "right")
+    if side not in ("left", "right"):
+        raise CheckpointError(f"{directory / 'tokenizer_config.json'}: padding_side {side!r}")
     return Pipeline(
         directory,
         tuple(steps),
@@ -127,6 +131,7 @@ def read_pipeline(directory: Path, positions: int | None = None) -> Pipeline | N
         _prompts(prompts, directory / PROMPTS),
         prompts.get("default_prompt_name"),
         f"modules bertconv does not run: {', '.join(refused)}" if refused else None,
+        side,
     )
 
 
@@ -285,7 +290,8 @@ def unflattened(real_states, mask):
 def tokenized(pipeline: Pipeline, tokenizer, texts: list[str], prompt: str = "", pad_id=0):
     """`texts` as sentence-transformers tokenizes them for `encode`: the prompt before each,
     lower-cased where the directory says, truncated at its length (special tokens counted),
-    padded to the longest with `pad_id` (tokenizer.json's own truncation and padding replaced);
+    padded to the longest with `pad_id` on the side the tokenizer's config says (tokenizer.json's
+    own truncation and padding replaced);
     and the prompt's length in tokens, a trailing special token not counted. `tokenizer`: a
     `tokenizers.Tokenizer`, changed in place."""
     import torch
@@ -303,12 +309,19 @@ def tokenized(pipeline: Pipeline, tokenizer, texts: list[str], prompt: str = "",
     longest = max((len(e.ids) for e in encodings), default=0)
     rows = [(e.ids, e.attention_mask, e.type_ids) for e in encodings]
     batch = {
-        name: torch.tensor([r[i] + [fill] * (longest - len(r[i])) for r in rows], dtype=torch.long)
+        name: torch.tensor(
+            [_padded(r[i], fill, longest, pipeline.padding_side) for r in rows], dtype=torch.long
+        )
         for i, (name, fill) in enumerate(
             [("input_ids", pad_id), ("attention_mask", 0), ("token_type_ids", 0)]
         )
     }
     return batch, _prompt_length(tokenizer, prompt)
+
+
+def _padded(values: list[int], fill: int, length: int, side: str) -> list[int]:
+    padding = [fill] * (length - len(values))
+    return padding + values if side == "left" else values + padding
 
 
 def _prompt_length(tokenizer, prompt: str) -> int:
@@ -365,7 +378,7 @@ def pooled(tokens, mask, pooling: Pooling, prompt_length: int = 0):
     out = []
     for mode in pooling.modes:
         if mode == "cls":
-            out.append(tokens[torch.arange(len(tokens)), first])
+            out.append(tokens[torch.arange(len(tokens), device=tokens.device), first])
         elif mode == "max":
             out.append(tokens.masked_fill(m == 0, float("-inf")).max(dim=1).values)
         elif mode in ("mean", "mean_sqrt_len_tokens"):
@@ -373,14 +386,19 @@ def pooled(tokens, mask, pooling: Pooling, prompt_length: int = 0):
             count = m.sum(dim=1, dtype=total).clamp(min=1e-9)
             out.append((summed / (count if mode == "mean" else count.sqrt())).to(tokens.dtype))
         elif mode == "weightedmean":  # weights 1, 2, ... from the first token on, prompt or not
-            place = torch.arange(1, tokens.shape[1] + 1, dtype=total).view(1, -1, 1)
+            place = torch.arange(1, tokens.shape[1] + 1, dtype=total, device=tokens.device)
+            place = place.view(1, -1, 1)
             weights = mask.unsqueeze(-1).to(total) * (place - start.view(-1, 1, 1))
             summed = (tokens * weights).sum(dim=1)
             out.append((summed / weights.sum(dim=1).clamp(min=1e-9)).to(tokens.dtype))
         else:  # lasttoken: the last real token
             found, back = mask.flip(1).max(1)
             back = torch.where(found == 0, tokens.shape[1] - 1, back)
-            out.append((tokens * m)[torch.arange(len(tokens)), tokens.shape[1] - back - 1])
+            out.append(
+                (tokens * m)[
+                    torch.arange(len(tokens), device=tokens.device), tokens.shape[1] - back - 1
+                ]
+            )
     return torch.cat(out, dim=-1)
 
 
@@ -389,7 +407,7 @@ def _without_prompt(mask, prompt_length: int):
     import torch
 
     first = mask.to(torch.int32).argmax(dim=1)
-    place = torch.arange(mask.shape[1]).unsqueeze(0)
+    place = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0)
     return mask.masked_fill(place < (first + prompt_length).unsqueeze(1), 0)
 
 

@@ -283,3 +283,38 @@ def test_a_truncation_length_past_the_positions_is_said_not_a_crash(encoder, tmp
     (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 512}))
     code, _, err = cli("verify", out, "--device", "cpu")
     assert code == 4 and "sentence-transformers cannot encode" in err and "max_seq_length" in err
+
+
+def test_a_tokenizer_padding_on_the_left_is_padded_so(encoder, tmp_path):
+    """sentence-transformers pads on the side tokenizer_config.json says: a BERT's positions
+    then differ, and bertconv's encode and verify's row follow it."""
+    from sentence_transformers import SentenceTransformer
+
+    out = _form(encoder, tmp_path / "st", "lasttoken")
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    (out / "tokenizer_config.json").write_text(json.dumps(config | {"padding_side": "left"}))
+    expected = SentenceTransformer(str(out), device="cpu").encode(TEXTS, convert_to_tensor=True)
+    assert (bertconv.load(out).encode(TEXTS) - expected).abs().max() <= 1e-5
+    assert _row(verify(str(out), device="cpu")).passed
+
+
+def test_the_old_wrapper_form_reads_as_sentence_transformers_reads_it(encoder, tmp_path):
+    """`sentence_transformers.models.*` types, the pooling's legacy flags, Dense's weights in a
+    pytorch_model.bin: encode and verify as sentence-transformers does."""
+    from safetensors.torch import load_file
+    from sentence_transformers import SentenceTransformer
+
+    out = _form(encoder, tmp_path / "st", "dense identity, unnormalized")
+    modules = json.loads((out / "modules.json").read_text())
+    for m in modules:
+        m["type"] = "sentence_transformers.models." + m["type"].rpartition(".")[2]
+    (out / "modules.json").write_text(json.dumps(modules))
+    flags = {"word_embedding_dimension": 16, "pooling_mode_mean_tokens": True,
+             "pooling_mode_cls_token": True, "pooling_mode_max_tokens": False}  # fmt: skip
+    (out / "1_Pooling" / "config.json").write_text(json.dumps(flags))
+    dense = out / "2_Dense"
+    torch.save(load_file(dense / "model.safetensors"), dense / "pytorch_model.bin")
+    (dense / "model.safetensors").unlink()
+    expected = SentenceTransformer(str(out), device="cpu").encode(TEXTS, convert_to_tensor=True)
+    assert (bertconv.load(out).encode(TEXTS) - expected).abs().max() <= 1e-5
+    assert _row(verify(str(out), device="cpu")).passed
