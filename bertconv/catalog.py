@@ -34,11 +34,12 @@ KEYS = {"model_type": str, "config_class": str, ENCODER: dict, RELATIVE: dict,
 # of the same architecture ([serves.TYPE]: the prefix of its transformers classes, its config
 # class's own defaults); how positions are numbered where not BERT's way (from 0); the
 # activation of a classification head of dense + activation + out_proj (tanh by default);
-# whether it has token types; config.json as its config class reads it ([config]); how a
-# from-scratch BERT holds its weights ([bert], bertconv/family.py).
+# whether it has token types; whether every layer adds a shared relative attention bias
+# (MPNet's); config.json as its config class reads it ([config]); how a from-scratch BERT holds
+# its weights ([bert], bertconv/family.py).
 OPTIONAL = {"extends": str, "drop": list, "serves": dict, "positions": str,
             "classification_activation": str, "token_types": bool, "config": dict,
-            "bert": dict}  # fmt: skip
+            "bert": dict, "relative_bias": bool}  # fmt: skip
 # How a catalog that extends another is read: these sections are replaced whole where given;
 # the others merged entry by entry (a unit field by field), the child's over the parent's.
 REPLACED = (ENCODER, RELATIVE, "classes")
@@ -310,6 +311,7 @@ def _architecture(catalog: dict, model_type: str, family: str) -> Architecture:
         "token_types": catalog.get("token_types", True),
         "positions_after_pad": catalog.get("positions") == AFTER_PAD,
         "classification_activation": catalog.get("classification_activation", "tanh"),
+        "relative_bias": catalog.get("relative_bias", False),
     }
     assert set(facts) == set(CARRIED)
     return Architecture(

@@ -28,7 +28,6 @@ POSITIONS = ("absolute", "relative_key", "relative_key_query")
 # model_type, as transformers writes it).
 NOT_BERT = {
     "albert": "its layers share one set of weights, and its embeddings are projected up",
-    "mpnet": "its attention adds a relative position bias of its own",
     "deberta": "its attention is disentangled (content and position apart)",
     "deberta-v2": "its attention is disentangled (content and position apart)",
     "modernbert": "rotary positions, gated feed-forwards and LayerNorms before each sublayer",
@@ -38,7 +37,13 @@ NOT_BERT = {
 }
 
 # What BertConfig carries from the architecture's catalog, never from config.json.
-CARRIED = ("model_type", "token_types", "positions_after_pad", "classification_activation")
+CARRIED = (
+    "model_type",
+    "token_types",
+    "positions_after_pad",
+    "classification_activation",
+    "relative_bias",
+)
 
 # The size fields, each at least 1 and at most a bound far above any BERT's, so that a hostile
 # config.json cannot have bertconv build a billion layers' worth of names.
@@ -51,6 +56,7 @@ SIZES = {
     "max_position_embeddings": 1 << 20,
     "type_vocab_size": 1 << 16,
     "num_labels": 1 << 20,
+    "relative_attention_num_buckets": 1 << 12,
 }
 PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
@@ -74,14 +80,18 @@ class BertConfig:
     num_labels: int = 2  # transformers' default; config.json gives it as id2label
     classifier_dropout: float | None = None  # the task heads' dropout; hidden_dropout_prob if None
     position_embedding_type: str = "absolute"  # or relative_key(_query): see model.SelfAttention
+    # MPNet's: the rows of its shared relative attention bias (0: none, BERT's)
+    relative_attention_num_buckets: int = 0
     # What the architecture computes, from its catalog (mappings/architectures/MODEL_TYPE.toml),
     # never from the file: its type (Google's bert_config.json names none: BERT), whether it
     # has token types, whether positions count from pad_token_id + 1 over the real tokens
-    # (RoBERTa's) or from 0, the activation of a dense + activation + out_proj classifier.
+    # (RoBERTa's) or from 0, the activation of a dense + activation + out_proj classifier,
+    # whether every layer adds a shared relative attention bias (MPNet's).
     model_type: str = "bert"
     token_types: bool = True
     positions_after_pad: bool = False
     classification_activation: str = "tanh"
+    relative_bias: bool = False  # MPNet's: a relative attention bias shared by every layer
 
     @property
     def relative(self) -> bool:

@@ -26,7 +26,7 @@ from .config import CARRIED, BertConfig
 from .convert import Reading
 from .errors import CheckpointError
 from .mapping import class_for, layout
-from .tables import BERT_HOLDING, OFFICIAL, Holding, holding_of
+from .tables import BERT_HOLDING, OFFICIAL, Holding, holding_of, layout_names
 
 TYPES = 2  # token types a BERT reads
 
@@ -71,6 +71,8 @@ def factory_dict(config_dict: dict, config: BertConfig, holding: Holding = BERT_
     RoBERTa's 514 positions and one token type as its own, 512 and two as a BERT's."""
     held = held_config(config, holding)
     fields = {k: v for k, v in vars(held).items() if k not in CARRIED}
+    if not config.relative_bias:  # a field of MPNet's alone, not given to a BERT's factory
+        fields.pop("relative_attention_num_buckets")
     kind = config_dict.get("model_type") if holding != BERT_HOLDING else "bert"
     return config_dict | fields | ({"model_type": kind} if kind else {})
 
@@ -81,6 +83,14 @@ def held(ckpt: Checkpoint, reading: Reading, holding: Holding) -> tuple[Checkpoi
     arch = ckpt.architecture
     if arch.bert is None and holding == BERT_HOLDING:
         return ckpt, reading
+    if ckpt.config.relative_bias:  # MPNet's: no BERT computes it
+        raise CheckpointError(
+            f"{ckpt.path}: a {arch.model_type} checkpoint's relative attention bias "
+            "(encoder.relative_attention_bias.weight), which every layer adds to its attention "
+            "scores, has no place in a BERT's model (minbert's, or one a table of BERT's "
+            "names holds): left out, every layer would differ. Convert it into one of "
+            f"{arch.model_type}'s layouts ({', '.join(layout_names(arch.model_type))})"
+        )
     if holding.positions == AFTER_PAD and not ckpt.config.positions_after_pad:
         raise CheckpointError(
             f"{ckpt.path}: the table's model counts positions after the pad id (RoBERTa's way); "

@@ -128,6 +128,21 @@ def attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
 
 
+def relative_position_bucket(distance: torch.Tensor, buckets: int = 32, farthest: int = 128):
+    """T5's buckets of the distance from a query to a key (key - query), as MPNet uses them:
+    half the buckets for keys before the query, half for keys after; within each half, a
+    bucket for each distance below a quarter of the buckets (8), then buckets growing
+    logarithmically up to `farthest`, beyond which all distances share the last."""
+    half = buckets // 2
+    after = (distance > 0).long() * half  # keys after the query: the second half
+    n = distance.abs()
+    exact = half // 2
+    far = (
+        exact + (torch.log(n.float() / exact) / math.log(farthest / exact) * (half - exact)).long()
+    )
+    return after + torch.where(n < exact, n, far.clamp(max=half - 1))
+
+
 class SelfAttention(nn.Module):
     """Multi-head scaled dot-product attention: softmax(Q K^T / sqrt(head_dim)) V, per head.
 
@@ -165,10 +180,13 @@ class SelfAttention(nn.Module):
             scores = scores + torch.einsum("bhrd,lrd->bhlr", k, d)
         return scores / math.sqrt(self.head_dim)
 
-    def forward(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
-        """(N, hidden), the real tokens, -> (N, hidden)"""
+    def forward(self, x: torch.Tensor, padding: Padding, shared=None) -> torch.Tensor:
+        """(N, hidden), the real tokens, -> (N, hidden); `shared`: a bias every layer adds to
+        its scores (MPNet's), (1, heads, T, T)."""
         q, k, v = (self.split_heads(padding.spread(W(x))) for W in (self.Wq, self.Wk, self.Wv))
         bias = self.relative_scores(q, k) if hasattr(self, "distance_embedding") else None
+        if shared is not None:
+            bias = shared.to(q.dtype) if bias is None else bias + shared.to(q.dtype)
         dropout = self.dropout_p if self.training else 0.0
         out = attention(q, k, v, padding.key_mask, bias, dropout)  # (B, heads, T, head_dim)
         return padding.pack(out.transpose(1, 2).flatten(2))  # the heads side by side again
@@ -193,8 +211,8 @@ class Attention(nn.Module):
         self.self = SelfAttention(config)
         self.output = AddNorm(config.hidden_size, config)
 
-    def forward(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
-        return self.output(self.self(x, padding), x)
+    def forward(self, x: torch.Tensor, padding: Padding, shared=None) -> torch.Tensor:
+        return self.output(self.self(x, padding, shared), x)
 
 
 class Intermediate(nn.Module):
@@ -218,22 +236,41 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(config)
         self.output = AddNorm(config.intermediate_size, config)
 
-    def forward(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
-        x = self.attention(x, padding)
+    def forward(self, x: torch.Tensor, padding: Padding, shared=None) -> torch.Tensor:
+        x = self.attention(x, padding, shared)
         return self.output(self.intermediate(x), x)
 
 
 class Encoder(nn.Module):
+    """The stack of layers; with MPNet's relative attention bias, one table of a number per
+    head for each bucket of query-key distances, its bias added to every layer's scores."""
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+        if config.relative_bias:
+            buckets, heads = config.relative_attention_num_buckets, config.num_attention_heads
+            self.relative_attention_bias = nn.Embedding(buckets, heads)
+
+    def position_bias(self, length: int, device) -> torch.Tensor | None:
+        """(1, heads, T, T): each head's bias for each query (row) and key (column), from the
+        bucket of their distance (32 buckets, as transformers' MPNet computes them whatever
+        the table's size)."""
+        if not hasattr(self, "relative_attention_bias"):
+            return None
+        positions = torch.arange(length, device=device)
+        distance = positions[None, :] - positions[:, None]  # key - query
+        return self.relative_attention_bias(relative_position_bucket(distance)).permute(2, 0, 1)[
+            None
+        ]
 
     def forward(self, x: torch.Tensor, padding: Padding, every: bool = True) -> list[torch.Tensor]:
         """Every layer's output (B, T, hidden), the embeddings' first; or, where not `every`,
         the last layer's alone (the tokens stay packed till then: nothing is unpacked twice)."""
         hidden_states, h = [x], padding.pack(x)  # h: (N, hidden), the real tokens
+        shared = self.position_bias(x.shape[1], x.device)
         for layer in self.layer:
-            h = layer(h, padding)
+            h = layer(h, padding, shared)
             if every:
                 hidden_states.append(padding.unpack(h))
         return hidden_states if every else [padding.unpack(h)]

@@ -29,7 +29,8 @@ class PackedSelfAttention(SelfAttention):
     other's in place in the packing (N, hidden). Scaled by 1 / sqrt(head_dim), as there. For
     inference: the kernel has no attention dropout."""
 
-    def forward(self, x: torch.Tensor, padding: Padding) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, padding: Padding, shared=None) -> torch.Tensor:
+        # `shared` is None: a model with a shared bias (MPNet's) is never packed (why_not)
         if self.training and self.dropout_p:
             raise UsageError(
                 "the packed attention has no attention dropout: call model.eval() before a "
@@ -73,6 +74,8 @@ def why_not(config: BertConfig, device: torch.device, dtype: torch.dtype) -> str
     if config.relative:
         kind = config.position_embedding_type
         return f"position_embedding_type={kind!r} adds to the scores, which the kernel does not"
+    if config.relative_bias:
+        return "its relative attention bias adds to the scores, which the kernel does not"
     if head_dim % 8 or head_dim > 256:
         return f"FlashAttention takes head sizes that are multiples of 8 up to 256, not {head_dim}"
     if device.type != "cuda":

@@ -64,12 +64,15 @@ def reference_model(ckpt: Checkpoint, reading: Reading, from_file: bool = True):
     try:
         config_class = getattr(transformers, arch.config_class)
         config = config_class.from_dict(ckpt.config_dict)
-        model, info = getattr(transformers, name).from_pretrained(
+        model_class = getattr(transformers, name)
+        # transformers 4 computes relative positions in its eager attention only; MPNet's
+        # classes have no other
+        eager = ckpt.config.relative or not getattr(model_class, "_supports_sdpa", False)
+        model, info = model_class.from_pretrained(
             None,
             config=config,
             state_dict=state_dict,
-            # transformers 4 computes relative positions in its eager attention only
-            attn_implementation="eager" if ckpt.config.relative else "sdpa",
+            attn_implementation="eager" if eager else "sdpa",
             dtype=torch.float32,
             output_loading_info=True,
             **extra,

@@ -133,6 +133,8 @@ def _own_model(model_type: str, model_class: str, kind: str = "absolute"):
         own |= {"pad_token_id": 1, "type_vocab_size": 1}
     if not arch.facts["token_types"]:
         own["type_vocab_size"] = 1
+    if arch.facts["relative_bias"]:  # MPNet's shared bias: config.json's bucket count
+        own["relative_attention_num_buckets"] = 32
     config = BertConfig(**SMALL, **own)
     torch.manual_seed(0)
     cls = bertconv.heads.CLASSES[arch.implementation(model_class)]

@@ -279,9 +279,10 @@ def layer_steps(view: Values, model: BertModel, config: BertConfig, index: int) 
         yours = view.output(p[name])
         yield Step(f"the {name} projection", yours, W(x), deviations)
         own[name] = W(x) if yours is None else yours
-    context = attend(sa, own, view.mask)
+    shared = model.encoder.position_bias(x.shape[1], x.device)  # MPNet's, every layer's
+    context = attend(sa, own, view.mask, shared=shared)
     yours_context = view.input(p["attention output"])
-    deviations = attention_deviations(sa, own, view.mask, config)
+    deviations = attention_deviations(sa, own, view.mask, config, shared)
     yield Step("the attention (scores, scaling, mask, softmax)", yours_context, context, deviations)
     context = context if yours_context is None else yours_context
     dense, norm = p["attention output"], p["attention norm"]
@@ -342,17 +343,19 @@ def sublayer(view: Values, add_norm: AddNorm, config, x_in, residual, dense, nor
 
 
 def attend(sa: SelfAttention, own: dict, mask, divisor=None, keys="real", split="heads",
-           swap=False, axis=-1) -> torch.Tensor:  # fmt: skip
+           swap=False, axis=-1, shared=None) -> torch.Tensor:  # fmt: skip
     """The model's attention (its split_heads, relative scores and model.attention) on the
     user's (B, T, H) queries, keys and values; or a deviation from it: the scores divided by
     another `divisor` than sqrt(head size),
     the mask on no keys or `inverted`, the heads `split` (head size, heads), q and k `swap`ped,
-    the softmax over another `axis`."""
+    the softmax over another `axis`. `shared`: a bias every layer adds (MPNet's)."""
     B, T, H = own["query"].shape
     q, k, v = (_split(sa, own[n], split) for n in ATTENTION)
     if swap:
         q, k = k, q
     bias = sa.relative_scores(q, k) if hasattr(sa, "distance_embedding") else None
+    if shared is not None:
+        bias = shared if bias is None else bias + shared
     key_mask = mask.bool()[:, None, None, :]
     if keys == "inverted":  # the real tokens hidden (a row of nothing but them: uniform)
         hidden = torch.zeros(key_mask.shape).masked_fill(key_mask, torch.finfo(q.dtype).min)
@@ -379,8 +382,8 @@ def _split(sa: SelfAttention, x: torch.Tensor, split: str) -> torch.Tensor:
     return x.view(B, T, sa.head_dim, sa.num_heads).permute(0, 3, 1, 2)
 
 
-def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig) -> dict:
-    """The attention's deviations, each as attend() computes it."""
+def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig, shared=None):
+    """The attention's deviations, each as attend() computes it (`shared`: MPNet's bias)."""
     scaling, d = "the attention's scaling: the scores divided by", sa.head_dim
     ways = {
         f"{scaling} the head size {d}, not its square root": dict(divisor=d),
@@ -402,7 +405,8 @@ def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig)
         ways[f"{scaling} a fixed 8 (sqrt(64): BERT-base's heads), not sqrt(head size {d})"] = dict(
             divisor=8.0
         )
-    return {cause: lambda how=how: attend(sa, own, mask, **how) for cause, how in ways.items()}
+    return {cause: lambda how=how: attend(sa, own, mask, **how, shared=shared)
+            for cause, how in ways.items()}  # fmt: skip
 
 
 def pooler_steps(view: Values, model: BertModel, config: BertConfig) -> Iterator[Step]:
