@@ -3,6 +3,7 @@ attention bias perturbed off its initial value, through verify, load (right and 
 sequences past the farthest bucket), a round trip, inspect; layouts without the bias refused; a
 sentence-transformers MPNet directory end to end."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,43 @@ def test_a_sentence_transformers_mpnet_directory_end_to_end(tmp_path):
     assert report.passed and report.rows[-1].name == "sentence embedding"
     convert_checkpoint(Source("st", directory), tmp_path / "ours", "bertconv")
     assert (bertconv.load(tmp_path / "ours").encode(texts) - expected).abs().max() <= 1e-5
+
+
+def test_your_own_mpnet_is_refused_naming_the_bias_until_infer_knows_it(mpnet, tmp_path, cli):
+    """A from-scratch MPNet (tests/zoo/mpnet_scratch.py): infer writes no table, and verify
+    --model never passes it held as a BERT; each names the bias (exit 4)."""
+    spec = f"{ZOO}/mpnet_scratch.py:MPNet"
+    config = mpnet["MPNetModel"] / "config.json"
+    table = tmp_path / "mpnet.toml"
+    code, _, err = cli("infer", spec, "--config", config, "--out", table)
+    assert code == 4 and "encoder.relative_attention_bias.weight" in err and not table.exists()
+    code, _, err = cli("verify", mpnet["MPNetModel"], "--model", spec, "--device", "cpu")
+    assert code == 4 and "relative attention bias" in err and "PASSED" not in err
+
+
+def test_fetch_brings_an_mpnet_repository_with_its_tokenizer(mpnet, tmp_path):
+    """Through the local Hub, as a user fetches all-mpnet-base-v2's encoder."""
+    import os
+    import subprocess
+    import sys
+
+    from localhub import LocalHub
+
+    source = tmp_path / "repo"
+    shutil.copytree(mpnet["MPNetForMaskedLM"], source)
+    words = ["<s>", "<pad>", "</s>", "<unk>", "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]
+    (source / "vocab.txt").write_text("\n".join(words) + "\n")  # MPNet's: BERT's and RoBERTa's
+    with LocalHub() as hub:
+        hub.add_repo("org/mpnet", source)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+        env |= {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
+        out = tmp_path / "out"
+        done = subprocess.run(
+            [sys.executable, "-c", "from bertconv.cli import main; main()", "fetch", "org/mpnet",
+             "--out", str(out)], capture_output=True, text=True, env=env,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (out / "vocab.txt").read_bytes() == (source / "vocab.txt").read_bytes()
+    ours = load_file(out / "model.safetensors")
+    assert "encoder.relative_attention_bias.weight" in ours
+    assert verify(str(out), device="cpu").passed

@@ -25,7 +25,7 @@ import torch
 from .. import catalog, storage
 from ..catalog import ENCODER, TOKEN_TYPES
 from ..config import BertConfig
-from ..errors import BertconvError, NotBertError, UsageError, listed
+from ..errors import BertconvError, CheckpointError, NotBertError, UsageError, listed
 from ..family import factory_dict, held_config, holdings, own
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
@@ -254,6 +254,13 @@ def infer(spec: str, config_dict: dict | None = None, dense=None) -> Inference:
     given = catalog.read_config(config_dict or {}, "--config")
     if given.model_type == "bert" and catalog.of(given.model_type).bert is None:
         given = catalog.read_config({**probe, **(config_dict or {})}, "--config")
+    if given.relative_bias:  # MPNet's shared bias: no unit of infer's is it yet
+        raise CheckpointError(
+            f"--config: a {given.model_type} model adds a relative attention bias shared by "
+            "every layer (encoder.relative_attention_bias.weight), which infer does not yet "
+            "recognise in a model of yours: no table is written. bertconv's own layouts of "
+            f"{given.model_type} convert and verify it"
+        )
     if given.num_hidden_layers == 1:  # a layer's names need two to tell {layer} apart
         given = replace(given, num_hidden_layers=2)  # a table holds any number
     tried, errors = [], []
