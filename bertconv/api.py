@@ -196,7 +196,10 @@ def _carried(src: Source, output: files.Output) -> list[str]:
     in its module folders that this one does not write, where bertconv wrote them (record.py).
     A file of the user's in such a folder is left where it is."""
     carried = sentence.carried(src.path)
-    earlier = sentence.carried(output.path, links=False)
+    try:
+        earlier = sentence.carried(output.path, links=False)
+    except BertconvError:  # a modules.json there no one can read: refused below as a stranger's
+        earlier = []
     found = record.strangers(output.path, [n for n in earlier if n not in carried])
     earlier = [n for n in earlier if found.get(n) in (None, record.CHANGED)]
     output.replaces = tuple(dict.fromkeys([*WRITTEN, *sentence.FILES, *carried, *earlier]))

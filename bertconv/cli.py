@@ -354,11 +354,10 @@ def infer(
 
 def _dense_of(config: Path | None):
     """The Dense layer of the sentence-transformers directory --config lies in, if any."""
-    from .sentence import Dense, read_pipeline
+    from .sentence import read_pipeline
 
     pipeline = read_pipeline(Path(config).parent) if config else None
-    steps = pipeline.steps if pipeline is not None else ()
-    return next((s for s in steps if isinstance(s, Dense)), None)
+    return pipeline.dense if pipeline is not None else None
 
 
 def _check_table_out(out: Path, reads: list) -> None:

@@ -74,6 +74,11 @@ class Pipeline:
     refused: str | None = None  # why bertconv cannot compute its sentence embedding
     padding_side: str = "right"  # tokenizer_config.json's, which sentence-transformers pads on
 
+    @property
+    def dense(self) -> "Dense | None":
+        """Its Dense layer, if it has one (the first)."""
+        return next((s for s in self.steps if isinstance(s, Dense)), None)
+
     def prompt(self, prompt: str | None = None, prompt_name: str | None = None) -> str:
         """The text put before each sentence, as `encode` resolves it: an explicit prompt, then
         `prompt_name`'s, then the default one's; an empty prompt is none."""
@@ -436,8 +441,7 @@ def placed(rows: dict[str, str], directory: Path) -> dict:
     read from the sentence-transformers directory's module folder, under the model's names;
     {} where the directory has no such module."""
     pipeline = read_pipeline(directory) if rows else None
-    steps = pipeline.steps if pipeline is not None else ()
-    dense = next((s for s in steps if isinstance(s, Dense)), None)
+    dense = pipeline.dense if pipeline is not None else None
     if dense is None:
         return {}
     held = dense_tensors(dense)

@@ -222,10 +222,15 @@ def _sentence_row(report: Report, pipeline, ckpt: Checkpoint, reading, ours: Run
     texts, prompt = sentence.texts(pipeline, positions(ckpt.config)), pipeline.prompt()
     report.sentence_tokens = sentence.token_counts(words, texts, prompt)
     report.sentence_truncation = pipeline.max_seq_length
-    batch, length = sentence.tokenized(pipeline, words, texts, prompt, ckpt.config.pad_token_id)
+    # the texts, then the same in reverse: one shape twice, each row padded otherwise (a model
+    # keeping what it computed for a shape gives the first batch's again)
+    pad = ckpt.config.pad_token_id
+    both = [sentence.tokenized(pipeline, words, t, prompt, pad) for t in (texts, texts[::-1])]
+    batches, length = [b for b, _ in both], both[0][1]
     run_in = DTYPES[report.dtype]
-    expected = sentence_embeddings(ckpt, reading, texts, {torch.float32, run_in}, dev)
-    got, tokens = _embedded(ours, pipeline, batch, length, run_in, dev, ckpt.config)
+    found = sentence_embeddings(ckpt, reading, texts, {torch.float32, run_in}, dev)
+    expected = {t: torch.cat([e, e.flip(0)]) for t, e in found.items()}
+    got, tokens = _embedded(ours, pipeline, batches, length, run_in, dev, ckpt.config)
     truth = expected[torch.float32]
     if run_in == torch.float32:
         report.rows.append(_row(SENTENCE, got, truth, FLOAT32_MAX_ABS))
@@ -235,18 +240,18 @@ def _sentence_row(report: Report, pipeline, ckpt: Checkpoint, reading, ours: Run
     if report.diagnosis is None and tokens is not None and not report.passed:
         last = next(r for r in report.rows if r.name == str(layer(ckpt.config.num_hidden_layers)))
         if last.passed and run_in == torch.float32:
-            mask = batch["attention_mask"]
+            mask = torch.cat([b["attention_mask"] for b in batches])
             report.diagnosis = diagnosed(pipeline, got, tokens, mask, length, last.max_abs)
 
 
-def _embedded(ours: Runner, pipeline, batch: dict, prompt_length: int, dtype, dev, config):
-    """The model's sentence embeddings of `batch`: the one it returns (a user's model without
-    a pooler may), else its last hidden state, computed in `dtype`, through the pipeline in
-    float32 (NaN where it computes no such state); and that state (B, T, H), where the model
-    returned its own embedding (for the diagnosis)."""
+def _embedded(ours: Runner, pipeline, batches: list, prompt_length: int, dtype, dev, config):
+    """The model's sentence embeddings of `batches` (one shape each): the one it returns (a
+    user's model without a pooler may), else its last hidden state, computed in `dtype`,
+    through the pipeline in float32 (NaN where it computes no such state); and that state
+    (B, T, H), where the model returned its own embedding (for the diagnosis)."""
     with no_tf32():
-        got = ours.run([ours.prepare(batch)], dev, [dtype])
-    mask = batch["attention_mask"]
+        got = ours.run([ours.prepare(b) for b in batches], dev, [dtype] * len(batches))
+    mask = torch.cat([b["attention_mask"] for b in batches])
     states = got.get(layer(config.num_hidden_layers))
     if states is None or states.dim() != 2 or len(states) != int(mask.sum()):
         return got.get(SENTENCE, torch.tensor(math.nan)), None

@@ -318,3 +318,20 @@ def test_the_old_wrapper_form_reads_as_sentence_transformers_reads_it(encoder, t
     expected = SentenceTransformer(str(out), device="cpu").encode(TEXTS, convert_to_tensor=True)
     assert (bertconv.load(out).encode(TEXTS) - expected).abs().max() <= 1e-5
     assert _row(verify(str(out), device="cpu")).passed
+
+
+def test_a_sentence_encoder_that_must_not_pass_fails(table, encoder, minilm, tmp_path, cli):
+    """One giving a shape's embeddings again for a later batch of that shape; one pooling the
+    first 128 tokens alone, right on any shorter text (on MiniLM, which reads 256): each fails
+    (exit 1) at its sentence row, never PASSED."""
+    out = _form(encoder, tmp_path / "st", "mean")
+    args = ["infer", f"{ZOO}:MeanPooled", "--config", minilm / "config.json", "--out"]
+    assert cli(*args, tmp_path / "minilm.toml")[0] == 0
+    cases = [(out, "CachesByShape", table), (minilm, "FirstTokensOnly", tmp_path / "minilm.toml")]
+    for directory, model, layout in cases:
+        code, printed, err = cli(
+            "verify", directory, "--model", f"{ZOO}:{model}", "--layout", layout
+        )
+        assert code == 1 and "PASSED" not in printed, printed + err
+        row = next(line for line in printed.splitlines() if line.startswith("sentence embedding"))
+        assert "FAIL" in row

@@ -45,7 +45,7 @@ from ..outputs import (
     truth,
 )
 from ..reference import reference_model
-from ..sentence import Dense, dense_weights
+from ..sentence import dense_weights
 from ..tables import Holding, holding_of
 from .diagnose import Diagnosis, diagnose
 from .fence import APPLIED, shipped
@@ -207,7 +207,7 @@ class Yours(Runner):
         rows = dict(self.table.sentence)
         if not rows:
             return
-        dense = next((s for s in pipeline.steps if isinstance(s, Dense)), None)
+        dense = pipeline.dense
         if dense is None:
             said = "the directory has no Dense layer: your model's own weights kept"
             self.notes.append(Note(f"{listed(sorted(rows))}: {said}"))
