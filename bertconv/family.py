@@ -40,7 +40,11 @@ def own(config: BertConfig) -> Holding:
 
 def holdings(config: BertConfig) -> list[Holding]:
     """The ways a from-scratch model may hold a checkpoint read as `config`, each telling
-    another model apart: the type's own first, then BERT's (positions from 0, two token types)."""
+    another model apart: the type's own first, then BERT's (positions from 0, two token types).
+    None for a type whose arithmetic BERT's model lacks (MPNet's relative attention bias): only a
+    model under the type's own names holds it."""
+    if config.relative_bias:
+        return []
     mine = own(config)
     if held_config(config, mine) == held_config(config, BERT_HOLDING):  # a BERT's (ELECTRA's)
         return [BERT_HOLDING]

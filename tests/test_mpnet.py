@@ -162,18 +162,6 @@ def test_a_sentence_transformers_mpnet_directory_end_to_end(tmp_path):
     assert (bertconv.load(tmp_path / "ours").encode(texts) - expected).abs().max() <= 1e-5
 
 
-def test_your_own_mpnet_is_refused_naming_the_bias_until_infer_knows_it(mpnet, tmp_path, cli):
-    """A from-scratch MPNet (tests/zoo/mpnet_scratch.py): infer writes no table, and verify
-    --model never passes it held as a BERT; each names the bias (exit 4)."""
-    spec = f"{ZOO}/mpnet_scratch.py:MPNet"
-    config = mpnet["MPNetModel"] / "config.json"
-    table = tmp_path / "mpnet.toml"
-    code, _, err = cli("infer", spec, "--config", config, "--out", table)
-    assert code == 4 and "encoder.relative_attention_bias.weight" in err and not table.exists()
-    code, _, err = cli("verify", mpnet["MPNetModel"], "--model", spec, "--device", "cpu")
-    assert code == 4 and "relative attention bias" in err and "PASSED" not in err
-
-
 def test_fetch_brings_an_mpnet_repository_with_its_tokenizer(mpnet, tmp_path):
     """Through the local Hub, as a user fetches all-mpnet-base-v2's encoder."""
     import os

@@ -16,7 +16,7 @@ from ..batches import RANDOM_LENGTH, SEED, Batch, positions, random_batch
 from ..checkpoint import Checkpoint
 from ..config import BertConfig
 from ..convert import Reading, Selection, convert_reading
-from ..errors import BertconvError, CheckpointError, UserCodeError, listed
+from ..errors import BertconvError, CheckpointError, UsageError, UserCodeError, listed
 from ..family import (
     factory_dict,
     held,
@@ -46,7 +46,7 @@ from ..outputs import (
 )
 from ..reference import reference_model
 from ..sentence import dense_weights
-from ..tables import Holding, holding_of
+from ..tables import BERT_HOLDING, Holding, holding_of
 from .diagnose import Diagnosis, diagnose
 from .fence import APPLIED, shipped
 from .harness import load, load_weights
@@ -87,6 +87,8 @@ def _each_way(ckpt: Checkpoint, reading: Reading, spec: str) -> tuple["Yours", H
     embeddings compute the checkpoint's on a right-padded batch; else the closest (its rows
     then fail, and the diagnosis says why)."""
     family = ckpt.architecture.bert is not None
+    if family and not holdings(ckpt.config):  # no BERT holds it (MPNet's bias)
+        return _own_way(ckpt, reading, spec)
     ways = _ways(ckpt, reading, holdings(ckpt.config), own_names=family)
     batch, expected = random_batch(ckpt.config), None
     built, errors = [], []
@@ -107,6 +109,19 @@ def _each_way(ckpt: Checkpoint, reading: Reading, spec: str) -> tuple["Yours", H
         raise errors[-1]  # as a BERT holds it: what verify said before the family's ways
     _, ours, holding = min(built, key=lambda b: b[0])  # the first of equals
     return ours, holding
+
+
+def _own_way(ckpt: Checkpoint, reading: Reading, spec: str) -> tuple["Yours", Holding]:
+    """The model under the type's own names, the one way a type no BERT holds is held; a
+    model no layout of the type names is refused saying why a BERT's names cannot hold it."""
+    try:
+        return Yours(*_own_names(ckpt, reading), spec, None), own(ckpt.config)
+    except UsageError as e:  # no layout of the type names its tensors: a BERT's, or its own
+        try:
+            held(ckpt, reading, BERT_HOLDING)
+        except CheckpointError as refusal:
+            raise CheckpointError(f"{e}; under BERT's names, {refusal}") from None
+        raise
 
 
 def _ways(ckpt: Checkpoint, reading: Reading, held_as: list[Holding], own_names=False) -> list:

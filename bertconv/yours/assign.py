@@ -29,7 +29,9 @@ class Roles:
 
     units: dict[str, tuple[str, str, frozenset[str]]]  # role -> (official prefix, group, hints)
     layer: tuple[str, ...]  # a layer's, in order: the prefix has {layer}
-    embeddings: dict[str, str]  # a table (a matrix, no bias) -> config.json's field of its rows
+    # a table (a matrix, no bias) -> config.json's fields of its rows and columns (the hidden
+    # size; MPNet's relative bias: the heads)
+    embeddings: dict[str, tuple[str, str]]
     single: tuple[str, ...]  # one tensor, `prefix` itself (the masked LM's bias)
     before: dict[str, tuple[str, ...]]  # a layer's role -> the roles it reads the output of
 
@@ -43,7 +45,7 @@ def roles(arch: Architecture, token_types: bool = True) -> Roles:
              for r, u in arch.units.items() if r not in left_out}  # fmt: skip
     layer = tuple(r for r, (prefix, _, _) in units.items() if "{layer}" in prefix)
     embeddings = {
-        r: shapes[f"{prefix}.weight"][0]
+        r: tuple(shapes[f"{prefix}.weight"])
         for r, (prefix, _, _) in units.items()
         if len(shapes.get(f"{prefix}.weight", ())) == 2 and f"{prefix}.bias" not in shapes
     }
@@ -83,13 +85,15 @@ class Model:
     def roles(self) -> Roles:
         return roles(self.architecture, self.config.token_types)
 
-    def tables(self) -> dict[tuple[str, int], list[Unit]]:
-        """Each embedding's (role, number of rows), with the units outside the layers that can
-        be it: (rows, hidden), or (1, rows, hidden) kept to broadcast over the batch."""
-        h = self.config.hidden_size
-        sizes = {r: getattr(self.config, f) for r, f in self.roles.embeddings.items()}
+    def tables(self) -> dict[tuple[str, tuple[int, int]], list[Unit]]:
+        """Each embedding's (role, shape), with the units outside the layers that can be it:
+        (rows, columns), or (1, rows, columns) kept to broadcast over the batch."""
+        sizes = {
+            r: tuple(getattr(self.config, f) for f in fields)
+            for r, fields in self.roles.embeddings.items()
+        }
         return {
-            (r, s): [u for u in self.outside if u.bias is None and u.shape in ((s, h), (1, s, h))]
+            (r, s): [u for u in self.outside if u.bias is None and u.shape in (s, (1, *s))]
             for r, s in sizes.items()
         }
 

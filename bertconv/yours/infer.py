@@ -25,7 +25,7 @@ import torch
 from .. import catalog, storage
 from ..catalog import ENCODER, TOKEN_TYPES
 from ..config import BertConfig
-from ..errors import BertconvError, CheckpointError, NotBertError, UsageError, listed
+from ..errors import BertconvError, NotBertError, UsageError, listed
 from ..family import factory_dict, held_config, holdings, own
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
@@ -254,13 +254,6 @@ def infer(spec: str, config_dict: dict | None = None, dense=None) -> Inference:
     given = catalog.read_config(config_dict or {}, "--config")
     if given.model_type == "bert" and catalog.of(given.model_type).bert is None:
         given = catalog.read_config({**probe, **(config_dict or {})}, "--config")
-    if given.relative_bias:  # MPNet's shared bias: no unit of infer's is it yet
-        raise CheckpointError(
-            f"--config: a {given.model_type} model adds a relative attention bias shared by "
-            "every layer (encoder.relative_attention_bias.weight), which infer does not yet "
-            "recognise in a model of yours: no table is written. bertconv's own layouts of "
-            f"{given.model_type} convert and verify it"
-        )
     if given.num_hidden_layers == 1:  # a layer's names need two to tell {layer} apart
         given = replace(given, num_hidden_layers=2)  # a table holds any number
     tried, errors = [], []
@@ -280,11 +273,12 @@ def infer(spec: str, config_dict: dict | None = None, dense=None) -> Inference:
 
 def _holdings(config: BertConfig) -> list[Holding]:
     """The ways a model may hold a checkpoint of `config`'s type (family.holdings); last, for a
-    type whose heads BERT has no place for (ELECTRA's discriminator), its own names (a table
-    under BERT's names serves a BERT's checkpoints too)."""
+    type whose heads BERT has no place for (ELECTRA's discriminator), or that no BERT holds
+    (MPNet), its own names (a table under BERT's names serves a BERT's checkpoints too)."""
     arch = catalog.of(config.model_type)
     found = holdings(config)
-    if arch.bert is not None and any(not arch.bert["groups"].get(g) for g in arch.group_names):
+    no_place = any(not arch.bert["groups"].get(g) for g in arch.group_names) if arch.bert else 0
+    if arch.bert is not None and (no_place or not found):
         found.append(replace(own(config), names=config.model_type))
     return found
 
@@ -532,7 +526,7 @@ class Search:
 
     def _why(self, found) -> str:
         distances = self.best[1]
-        none = "no assignment of its tensors makes it compute BERT"
+        none = f"no assignment of its tensors makes it compute {_kind(self.config)}"
         if distances is None and len(self.probe.errors) == self.probe.trials:
             with guarded(self.harness.spec, "running its forward with every candidate table"):
                 raise self.probe.errors[0]  # the model's error, not a verdict on it (exit 2)
@@ -560,7 +554,7 @@ class Search:
         h, i = self.config.hidden_size, self.config.intermediate_size
         outside, layer = self.user.outside, self.user.layer
         tables = self.user.tables().items()
-        missing = [f"the {name} (a ({size}, {h}) table)" for (name, size), u in tables if not u]
+        missing = [f"the {name} (a {shape} table)" for (name, shape), u in tables if not u]
         if not any(assign.is_norm(u, h) for u in outside):
             missing.append(f"the embeddings' LayerNorm (two ({h},) tensors)")
         if sum(assign.is_norm(u, h) for u in layer) < 2:
@@ -573,9 +567,15 @@ class Search:
             missing.append(f"a layer's query, key, value and output projections ({h}, {h})")
         found = ", ".join(u.weight for u in outside + layer)
         return (
-            "no assignment of its tensors fits BERT's shapes: it has no tensor for "
-            f"{'; '.join(missing) or 'some part'}. Its tensors: {found}"
+            f"no assignment of its tensors fits {_kind(self.config)}'s shapes: it has no tensor "
+            f"for {'; '.join(missing) or 'some part'}. Its tensors: {found}"
         )
+
+
+def _kind(config: BertConfig) -> str:
+    """What the model is probed as: BERT (a family's type held as BERT), or the type (MPNet)."""
+    arch = catalog.of(config.model_type)
+    return "BERT" if arch.bert is None else arch.config_class.removesuffix("Config")
 
 
 def generated_buffers(state: dict, params: set[str], config: BertConfig) -> dict:

@@ -15,7 +15,15 @@ from torch import nn
 
 from ..config import ACTIVATIONS, BertConfig
 from ..mapping import Table
-from ..model import AddNorm, BertModel, SelfAttention, activation, attention
+from ..model import (
+    AddNorm,
+    BertModel,
+    Encoder,
+    SelfAttention,
+    activation,
+    attention,
+    relative_position_bucket,
+)
 from .assign import ATTENTION, roles
 from .reading import per_batch
 from .trace import Trace, tensors_in
@@ -283,7 +291,14 @@ def layer_steps(view: Values, model: BertModel, config: BertConfig, index: int) 
     context = attend(sa, own, view.mask, shared=shared)
     yours_context = view.input(p["attention output"])
     deviations = attention_deviations(sa, own, view.mask, config, shared)
-    yield Step("the attention (scores, scaling, mask, softmax)", yours_context, context, deviations)
+    detail = ""
+    if shared is not None:
+        biases = bias_deviations(model.encoder, x.shape[1], config, index)
+        deviations |= {cause: lambda b=b: attend(sa, own, view.mask, shared=b)
+                       for cause, b in biases.items()}  # fmt: skip
+        detail = f" {SHARED_BIAS}."
+    name = "the attention (scores, scaling, mask, softmax)"
+    yield Step(name, yours_context, context, deviations, detail)
     context = context if yours_context is None else yours_context
     dense, norm = p["attention output"], p["attention norm"]
     yield from sublayer(view, first, config, context, x, dense, norm, after=p["intermediate"])
@@ -407,6 +422,42 @@ def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig,
         )
     return {cause: lambda how=how: attend(sa, own, mask, **how, shared=shared)
             for cause, how in ways.items()}  # fmt: skip
+
+
+SHARED_BIAS = (
+    "MPNet adds one relative attention bias to every layer's scaled scores: the encoder's table "
+    "(a number per head) read at the bucket of each key-minus-query distance, 32 buckets (half "
+    "for keys before the query, half after), exact below 8, logarithmic up to 128"
+)
+
+
+def bias_deviations(encoder: Encoder, T: int, config: BertConfig, index: int) -> dict:
+    """MPNet's shared relative bias as ports get it wrong: {cause: the (1, heads, T, T) bias
+    added instead (None: none)}, read from the encoder's own table."""
+    table = encoder.relative_attention_bias
+    place = torch.arange(T, device=table.weight.device)
+    distance = place[None, :] - place[:, None]  # key - query
+
+    def bias(d, buckets=32, farthest=128):
+        found = relative_position_bucket(d, buckets, farthest)
+        return table(found).permute(2, 0, 1)[None] if found.max() < len(table.weight) else None
+
+    said, out = config.relative_attention_num_buckets, {}
+    for n in (b for b in dict.fromkeys((said, 16, 64, 8, 128)) if b != 32):
+        why = " (config.json's relative_attention_num_buckets: transformers makes 32 whatever"
+        why = f"{why} it says)" if n == said else ""
+        out[f"the relative bias's distances in {n} buckets, not 32{why}"] = bias(distance, n)
+    for far in (256, 64, 512, 32):
+        out[f"the relative bias's buckets growing up to a distance of {far}, not 128"] = bias(
+            distance, farthest=far
+        )
+    out = {cause: b for cause, b in out.items() if b is not None}  # a table too short for them
+    out["the relative bias's distances the other way round (query minus key, not key minus "
+        "query: the halves of its buckets exchanged)"] = bias(-distance)  # fmt: skip
+    out["the relative bias subtracted from the scores, not added"] = -bias(distance)
+    where = "left out" if index == 0 else "not added in this layer, only in those before it"
+    out[f"the shared relative attention bias {where} (MPNet adds it in every layer)"] = None
+    return out
 
 
 def pooler_steps(view: Values, model: BertModel, config: BertConfig) -> Iterator[Step]:
