@@ -29,7 +29,18 @@ from .convert import (
 from .errors import BertconvError, NotFoundError, UsageError
 from .family import as_bert, for_table
 from .mapping import layout
-from .tables import OFFICIAL, is_table_file, layout_names, read_off, recorded_as, refusal
+from .tables import (
+    OFFICIAL,
+    TABLE_KEY,
+    digest,
+    is_table_file,
+    layout_names,
+    read_off,
+    recorded_as,
+    recorded_name,
+    refusal,
+    table_bytes,
+)
 
 # What a conversion may write: any form's files, its config, the tokenizer files.
 WRITTEN = (
@@ -64,6 +75,11 @@ def resolve(source: "str | Path | Source", revision: str | None = None, say=_qui
     if isinstance(source, Source):
         return source
     path = Path(source).expanduser()
+    if path.exists() and revision is not None:  # never silently ignored
+        raise UsageError(
+            f"{source}: a local {'directory' if path.is_dir() else 'file'}, which has no "
+            f"revisions: --revision {revision} (revision=) is for a Hub model id; leave it out"
+        )
     if path.is_dir():
         return Source(str(source), path)
     if path.exists():  # whatever it is, the reader says what is wrong with it
@@ -101,6 +117,8 @@ def up_to_date(out: Path, source: str, revision: str, layout: str, selection: Se
         LAYOUT_KEY: recorded_as(layout),
         HEADS_KEY: selection.recorded(),
     }
+    if recorded_name(recorded_as(layout)):  # a table of yours: the same one, byte for byte
+        wanted[TABLE_KEY] = digest(table_bytes(layout))
     return (Path(out) / "config.json").is_file() and all(
         meta.get(k) == v for k, v in wanted.items()
     )
@@ -181,6 +199,7 @@ def _convert_into(
         REVISION_KEY: src.revision or ckpt.metadata.get(REVISION_KEY, ""),
         HEADS_KEY: selection.recorded(),
     }
+    metadata |= _table_beside(output, to_layout)
     # The written file is of the class its groups make (a layout may leave heads out).
     config = ckpt.config_dict | {"architectures": [result.model_class]}
     nonfinite = storage.nonfinite_soon(ckpt.state_dict, storage.transposes(result.state_dict))
@@ -204,6 +223,28 @@ def _carried(src: Source, output: files.Output) -> list[str]:
     earlier = [n for n in earlier if found.get(n) in (None, record.CHANGED)]
     output.replaces = tuple(dict.fromkeys([*WRITTEN, *sentence.FILES, *carried, *earlier]))
     return carried
+
+
+def _table_beside(output: files.Output, to_layout: str) -> dict[str, str]:
+    """A table of yours, copied beside the weights written in it (unless it lies there already)
+    and its digest recorded: the directory then reads back without naming it. An earlier
+    result's table there, one bertconv copied, goes with that result."""
+    name = recorded_name(recorded_as(to_layout))
+    table = Path(to_layout).expanduser() if name else None
+    weights = output.path / record.WEIGHTS
+    earlier = recorded_name({} if weights.is_symlink() else read_metadata(weights).get(LAYOUT_KEY))
+    if earlier and earlier != name and record.strangers(output.path, [earlier]).get(earlier) in (
+        None, record.CHANGED
+    ):  # fmt: skip
+        output.replaces += (earlier,)
+    if table is None:
+        return {}
+    data = table_bytes(str(table))
+    if table.resolve() != (output.path / name).resolve():
+        output.replaces += (name,)
+        output.check_replaceable()  # a file of yours of that name there is refused, by name
+        output.stage(name).write_bytes(data)
+    return {TABLE_KEY: digest(data)}
 
 
 def _held_as_bert(ckpt: Checkpoint, to_layout: str) -> bool:
@@ -256,9 +297,10 @@ def load(
 
     `source` is a checkpoint directory (official, or converted by bertconv into any layout) or a
     Hub model id; `layout` names the layout it is in (a shipped one, or a table file) where
-    bertconv did not record it. The result is the class the file's groups make, under
-    transformers' name
-    (BertForPreTraining, BertForSequenceClassification, ..., BertModel); `heads` narrows it:
+    bertconv did not record it. The result is the class the file's groups make: a BERT's under
+    transformers' name (BertForPreTraining, BertForSequenceClassification, ..., BertModel), a
+    family checkpoint's head as bertconv computes it (a RoBERTa classifier's is
+    FirstTokenClassification: docs/python.md lists each); `heads` narrows it:
     False for the encoder and pooler alone, or a list of the groups to keep. Loading is strict:
     every parameter comes from the file, none is left at an initial value.
 
@@ -369,7 +411,10 @@ def inspect(
     if found.layout is None:
         said = ckpt.metadata.get(LAYOUT_KEY)
         how = found.how + (f"; its metadata says {said!r}" if said else "")
-        problems = "Name the table it is in with --from (a shipped layout or a table file)."
+        problems = (
+            "Name the table it is in (a shipped layout or a table file): --from on the command "
+            "line, from_layout= in Python."
+        )
     else:  # read (and checked) in its layout's names, as conversion reads it; not converted
         how = found.how
         try:
@@ -399,9 +444,10 @@ def inspect(
 
 def _parameters(ckpt: Checkpoint, name: str | None) -> int:
     """The parameters a file holds in layout `name`: its rows' and aliases' tensors (tied copies
-    and buffers left out)."""
+    and buffers left out); in no layout, every tensor's elements (none can be told apart)."""
     table = layout(name, ckpt.config) if name else None
-    weights = [t for n, t in ckpt.state_dict.items() if table and n in table.rows | table.aliases]
+    named = table.rows | table.aliases if table else None
+    weights = [t for n, t in ckpt.state_dict.items() if named is None or n in named]
     return sum(storage.nbytes(t) // storage.ITEM_SIZE[t.dtype] for t in weights)
 
 

@@ -8,7 +8,7 @@ recognises but never converts (BERT-pytorch's) may come without a config.json.
 
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,7 +18,7 @@ from .config import BertConfig
 from .errors import CheckpointError, NotFoundError, listed
 from .mapping import Identified, identify
 from .storage import read_metadata  # noqa: F401 (read beside the keys it reads)
-from .tables import read_off
+from .tables import TABLE_KEY, read_off, recorded_table
 
 CONFIG_FILES = ("config.json", "bert_config.json")  # transformers', google-research/bert's
 TOKENIZER_FILES = (
@@ -137,12 +137,17 @@ def _progress(total: int, what: str):
 
 
 def read_checkpoint(
-    directory: Path, layout: str | None = None, named: Path | None = None, guess: bool = False
+    directory: Path,
+    layout: str | None = None,
+    named: Path | None = None,
+    guess: bool = False,
+    offered: tuple[str, ...] = (),
 ) -> Checkpoint:
     """config.json (or bert_config.json) and every tensor of a checkpoint directory; of the
     weights file `named` in it, where one is (a safetensors file, a TensorFlow index or h5
     file by their suffixes, else a pickle). Its layout as mapping.identify finds it (`guess`:
-    by its names, where nothing says which)."""
+    by its names, where nothing says which); a file written with a table of the user's, in that
+    table where it is at hand (tables.recorded_table: beside it, or `offered`)."""
     directory = Path(directory)
     index, weights = _named_weights(named) if named else weight_files(directory)
     form = formats.of_file(weights[0])
@@ -162,9 +167,14 @@ def read_checkpoint(
     config = catalog.read_config(config_dict, source=str(config_path))  # its type, read once
     state_dict, metadata = read_tensors(weights, index)
     recorded = metadata.get(LAYOUT_KEY)
+    sha256 = metadata.get(TABLE_KEY)
+    table = None if layout else recorded_table(recorded, sha256, directory, offered)
     found = identify(
-        _shapes(state_dict), config, layout, recorded, form.name, None, str(weights[0]), guess
-    )
+        _shapes(state_dict), config, layout or table, recorded, form.name, None, str(weights[0]),
+        guess,
+    )  # fmt: skip
+    if table is not None:
+        found = replace(found, how=f"recorded in its metadata, the table {table} as written")
     read = [config_path, *([index] if index else []), *weights, *beside]
     return Checkpoint(
         directory, config, config_dict, state_dict, found.layout, metadata, read, found, seen

@@ -54,15 +54,22 @@ Out = Annotated[
 Revision = Annotated[
     str | None, typer.Option(help="Branch, tag or commit on the Hub [default: main].")
 ]
-FromLayout = Annotated[
-    str | None,
-    typer.Option(
-        "--from",
-        callback=_layout_name,
-        help="Layout SOURCE is in, a shipped one or a table file [default: what bertconv "
-        "recorded in it, else transformers'].",
-    ),
-]
+
+
+def _from_layout(otherwise: str):
+    """--from, whose default is what bertconv recorded, else `otherwise`."""
+    return Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            callback=_layout_name,
+            help="Layout SOURCE is in, a shipped one or a table file [default: what bertconv "
+            f"recorded in it (written in a table of yours: its copy beside it), else {otherwise}].",
+        ),
+    ]
+
+
+FromLayout = _from_layout("transformers'")
 HeadsOption = Annotated[
     bool | None,
     typer.Option(
@@ -190,7 +197,8 @@ def fetch(
             f"{out} already holds {model_id} at {remote.commit} in the {to!r} layout: nothing to do"
         )
     else:
-        say(f"fetched {model_id} at commit {remote.commit}")
+        if not remote.offline:  # a cached copy: said once, as it was used (api.fetch_source)
+            say(f"fetched {model_id} at commit {remote.commit}")
         _report(result, to, out)
     typer.echo(out)
 
@@ -241,7 +249,7 @@ def _report(converted, to: str, out: Path) -> None:
 def inspect(
     source: Source,
     revision: Revision = None,
-    from_layout: FromLayout = None,
+    from_layout: _from_layout("the layout whose names place the most of its tensors") = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
 ) -> None:
     """Describe a checkpoint without converting it.
@@ -415,7 +423,8 @@ def verify(
         str | None,
         typer.Option(
             help="Your own BERT instead of bertconv's: PKG.MODULE:NAME or path/to/file.py:NAME, "
-            "a class called with the config, or a function returning an nn.Module."
+            "a class called with the config, or a function returning an nn.Module "
+            "[default: bertconv's model]."
         ),
     ] = None,
     layout: Annotated[
@@ -521,7 +530,7 @@ def run(args: list[str] | None = None) -> int:
     except SystemExit as e:  # typer's way of ending, with the code
         return e.code if isinstance(e.code, int) else 0 if e.code is None else 1
     except BertconvError as e:
-        say(f"bertconv: error: {e}")
+        say(f"bertconv: error: {e.on_the_command_line()}")
         return e.exit_code
     except KeyboardInterrupt:
         say("bertconv: interrupted (Ctrl-C)")

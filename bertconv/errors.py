@@ -16,10 +16,32 @@ def listed(items: Iterable, sep: str = ", ") -> str:
     return sep.join(names[:LISTED] + more)
 
 
+class Given(str):
+    """A model's PKG.MODULE:NAME as the user gave it, which messages name: `MODEL 'x.py:M'`
+    (infer's argument) where `--model 'x.py:M'` (verify's option) is not what was typed."""
+
+    said: str
+
+
+def given_as(spec: str, how: str) -> Given:
+    found = Given(spec)
+    found.said = f"{how} {spec!r}"
+    return found
+
+
+def said(spec: str) -> str:
+    """How messages name the model: as the user gave it (verify's `--model` by default)."""
+    return getattr(spec, "said", f"--model {spec!r}")
+
+
 class BertconvError(Exception):
-    """Something the user can act on; the message says what and what to do."""
+    """Something the user can act on; the message says what and what to do: in Python's terms
+    (`layout=`), and on the command line in its own (`on_the_command_line`: `--from`)."""
 
     exit_code = 1
+
+    def on_the_command_line(self) -> str:
+        return str(self)
 
     def __init_subclass__(cls, exit_code: int | None = None, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -56,6 +78,25 @@ class NotFoundError(BertconvError, exit_code=3):
 class CheckpointError(BertconvError, exit_code=4):
     """The checkpoint's tensors or config do not fit the model: missing, unexpected, wrong shape,
     unsupported settings, unreadable or malformed files."""
+
+
+class UnnamedTable(CheckpointError):
+    """A file bertconv wrote with a table file of the user's (`file:NAME.toml`) that is not at
+    hand: neither beside it as recorded, nor named."""
+
+    def __init__(self, source: str, name: str, why: str):
+        self.source, self.name, self.why = source, name, why
+        super().__init__(self._said(f"layout='path/to/{name}'"))
+
+    def _said(self, naming: str) -> str:
+        return (
+            f"{self.source}: written with your table {self.name} ({self.why}); name that "
+            f"table: {naming}"
+        )
+
+    def on_the_command_line(self) -> str:
+        also = "with verify --model, --layout names it too"
+        return self._said(f"--from path/to/{self.name} ({also})")
 
 
 class HubError(BertconvError, exit_code=5):

@@ -8,12 +8,21 @@ are tables.py's; what the architecture is, catalog.py's. No tensors here (and no
 import math
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
+from pathlib import Path
 from typing import NamedTuple
 
 from . import catalog, tables
 from .catalog import ENCODER, RELATIVE, Architecture, config_key, sections
 from .config import BertConfig
-from .errors import CheckpointError, NotBertError, TableError, UsageError, listed
+from .errors import (
+    CheckpointError,
+    NotBertError,
+    TableError,
+    UnnamedTable,
+    UsageError,
+    listed,
+    said,
+)
 from .tables import (
     BERT_HOLDING,
     MAX_GENERATED_ELEMENTS,
@@ -24,6 +33,7 @@ from .tables import (
     layout_names,
     read,
     read_off,
+    recorded_name,
     refusal,
     row_targets,
     source_of,
@@ -203,13 +213,28 @@ def identify(
         return _placing(fixed, "by its form", shapes, config)
     if recorded is not None and not (guess and recorded not in layout_names()):
         if recorded not in layout_names():
-            raise CheckpointError(
-                f"{source}: its metadata says it is in layout {recorded!r}, which is not one "
-                f"bertconv ships ({', '.join(layout_names())}). Name the layout it is in with "
-                "--from (a shipped name, or the path to the table file it was written with)."
-            )
+            raise _unnamed(source, recorded)
         return _placing(recorded, "recorded in its metadata", shapes, config)
     return _by_names(shapes, config, guess)
+
+
+def _unnamed(source: str, recorded: str) -> CheckpointError:
+    """A file whose metadata names a layout that is not at hand: a table file of the user's
+    (`file:NAME.toml`, not beside it as it was written), or none bertconv knows."""
+    name = recorded_name(recorded)
+    if name is not None:
+        beside = Path(source).parent / name
+        why = (
+            f"{beside} is not that table: changed since, or another"
+            if beside.exists()
+            else f"no copy of it beside {Path(source).name}, as bertconv writes one"
+        )
+        return UnnamedTable(source, name, why)
+    return CheckpointError(
+        f"{source}: its metadata says it is in layout {recorded!r}, which is not one bertconv "
+        f"ships ({', '.join(layout_names())}). Name the layout it is in with --from (a shipped "
+        "name, or the path to the table file it was written with)."
+    )
 
 
 def _placing(name: str, how: str, shapes: dict, config: BertConfig | None) -> Identified:
@@ -253,16 +278,16 @@ def _identify_model(
                               frozenset(names), held)  # fmt: skip
         if given:
             raise CheckpointError(
-                f"--model {spec!r}: the table's names do not fit the model: the model has "
+                f"{said(spec)}: the table's names do not fit the model: the model has "
                 f"{listed(sorted(names - written)) or 'none'}, which the table does not name; the "
                 f"table names {listed(sorted(written - names - buffers)) or 'none'}, which the "
                 "model lacks. Check the table (`bertconv infer` writes one for your model)."
             )
     refused = recognised_only(shapes)
     if refused is not None:  # BERT-pytorch's names: a model bertconv knows is not BERT
-        raise NotBertError(f"--model {spec!r}: is in the {refused!r} layout.\n{refusal(refused)}")
+        raise NotBertError(f"{said(spec)}: is in the {refused!r} layout.\n{refusal(refused)}")
     raise UsageError(
-        f"--model {spec!r}: no shipped layout names its tensors; give its table with --layout "
+        f"{said(spec)}: no shipped layout names its tensors; give its table with --layout "
         "(`bertconv infer` writes one)"
     )
 
@@ -301,7 +326,7 @@ def other_labels(table: Table, config: BertConfig, groups, shapes: dict, spec: s
             for name in (n for n in table.names_for(official) if n in shapes):
                 if shapes[name] != (config.num_labels,):
                     raise CheckpointError(
-                        f"--model {spec!r}: its {group} head has {shapes[name][0]} labels "
+                        f"{said(spec)}: its {group} head has {shapes[name][0]} labels "
                         f"({name} is {shapes[name]}), the checkpoint's {config.num_labels}: "
                         f"verify it on a checkpoint of {shapes[name][0]} labels, or have its "
                         "code take the count from config.num_labels"

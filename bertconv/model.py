@@ -291,8 +291,9 @@ class Pooler(nn.Module):
 class BertOutput:
     last_hidden_state: torch.Tensor  # (B, T, hidden); zeros at padded positions
     pooler_output: torch.Tensor | None  # (B, hidden); None for a model without a pooler
-    # the embeddings' output, then every layer's (none where output_hidden_states=False)
-    hidden_states: tuple[torch.Tensor, ...]
+    # the embeddings' output, then every layer's (None where output_hidden_states=False, as in
+    # transformers)
+    hidden_states: tuple[torch.Tensor, ...] | None
 
 
 class BertModel(nn.Module):
@@ -323,7 +324,7 @@ class BertModel(nn.Module):
         hidden_states = self.encoder(x, padding, every=output_hidden_states)
         last = hidden_states[-1]
         pooled = self.pooler(last) if self.pooler is not None else None
-        kept = tuple(hidden_states) if output_hidden_states else ()
+        kept = tuple(hidden_states) if output_hidden_states else None
         return BertOutput(last, pooled, kept), padding
 
     def forward(

@@ -11,6 +11,7 @@ rows are shapes, so that a file is identified by its names and its sizes read of
 shapes without a config.json.
 """
 
+import hashlib
 import re
 import tomllib
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from pathlib import Path
 from . import catalog, mappings
 from .catalog import AFTER_PAD, ENCODER, FROM_ZERO, RELATIVE, is_dim, sections, shape_problems
 from .config import SIZES
-from .errors import CheckpointError, NotFoundError, TableError, UsageError, listed
+from .errors import CheckpointError, TableError, UsageError, listed
 from .transforms import REGISTRY
 
 TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
@@ -28,6 +29,7 @@ TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
 OFFICIAL = "transformers"
 REFUSED = "refused"  # why a layout recognised only is never converted
 TABLE_LIMIT = 1 << 20  # bytes: a table is a few KB
+TABLE_KEY = "bertconv.table_sha256"  # the table file a conversion was written with
 # The keys a table may have, with the type of each value; the first three it must have.
 KEYS = {
     "name": str,
@@ -199,7 +201,10 @@ def source_of(name: str) -> str | tuple[str, int, int]:
     try:
         state = path.stat()
     except OSError:
-        raise NotFoundError(f"{name}: no such table file") from None
+        raise UsageError(  # the one code of a layout that is not there, shipped or a file
+            f"{name}: no such table file (a layout is a shipped name, `bertconv layouts` lists "
+            "them, or the path to a table file)"
+        ) from None
     return str(path.resolve()), state.st_mtime_ns, state.st_size
 
 
@@ -235,8 +240,58 @@ def layout_for_format(form: str) -> str | None:
 
 def recorded_as(name: str) -> str:
     """How a file written in layout `name` records it: a shipped name as it is; a table file as
-    `file:NAME.toml`, which is never taken from a file again (the user names it with --from)."""
+    `file:NAME.toml` (recorded_table finds it again, where it is the same table)."""
     return f"file:{Path(name).name}" if is_table_file(name) else name
+
+
+def table_bytes(name: str) -> bytes:
+    """A table file's bytes, as a conversion copies and records them (TABLE_KEY)."""
+    from .files import open_regular
+
+    with open_regular(Path(name).expanduser()) as f:
+        data = f.read(TABLE_LIMIT + 1)
+    if len(data) > TABLE_LIMIT:
+        raise TableError(f"{name}: larger than {TABLE_LIMIT >> 10} KB; not a mapping table")
+    return data
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def recorded_name(recorded: str | None) -> str | None:
+    """The table file's name a file's metadata records (`file:NAME.toml`), where it is a plain
+    name (a stranger's metadata could name `../x`): else None."""
+    name = (recorded or "").removeprefix("file:")
+    plain = name == Path(name).name and not name.startswith(".") and name.isprintable()
+    return name if recorded != name and plain and name.endswith(".toml") else None
+
+
+def recorded_table(
+    recorded: str | None, sha256: str | None, directory: Path, offered=()
+) -> str | None:
+    """The table file that a file bertconv wrote records (`recorded`, TABLE_KEY's `sha256`),
+    where one is at hand: one `offered` (verify's --layout) of its name, or the copy beside it,
+    each only where it is that table byte for byte (a file of an older bertconv, which recorded
+    no digest: the one offered by that name)."""
+    from .errors import BertconvError
+    from .files import confined
+
+    name = recorded_name(recorded)
+    if name is None:
+        return None
+    offered = [o for o in offered if o and is_table_file(o) and Path(o).name == name]
+    beside = Path(directory) / name
+    for candidate in [*offered, str(beside)]:
+        try:
+            if candidate == str(beside):  # a link out of the directory is no copy of bertconv's
+                confined(beside, Path(directory))
+            data = table_bytes(candidate)
+        except (BertconvError, OSError):
+            continue
+        if digest(data) == sha256 if sha256 else candidate in offered:
+            return candidate
+    return None
 
 
 def read_table(path: Path, model_type: str = "bert") -> dict:

@@ -145,7 +145,8 @@ def verify(
 
 def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> tuple:
     """verify, once: its report, and its weights files' identities as found before reading."""
-    ckpt = read_checkpoint(src.path, from_layout, src.weights)
+    # a directory written in your table (convert --to TABLE) is in the one --layout names too
+    ckpt = read_checkpoint(src.path, from_layout, src.weights, offered=(model_layout,))
     implements(imported(), ckpt.config)
     pipeline = sentence.read_pipeline(src.path, positions(ckpt.config))
     if pipeline is not None and not pipeline.refused:

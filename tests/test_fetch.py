@@ -255,6 +255,7 @@ def test_hub_unreachable_without_and_with_a_cached_copy(hub, tmp_path):
     assert (
         "using the cached copy of org/tiny" in cached.stderr
         and "cannot be reached" in cached.stderr
+        and "fetched" not in cached.stderr  # one line, true: nothing was fetched
     )
     assert (
         load_file(tmp_path / "c" / "model.safetensors").keys()

@@ -152,9 +152,12 @@ def test_tables_from_a_file_for_convert_load_and_verify(inferred, checkpoints, t
     table = inferred["RawBert"]
     out = tmp_path / "raw"
     assert cli("convert", checkpoints["pretraining"], "--to", table, "--out", out)[0] == 0
-    # The file records the table by its file name, never a path: reading it back asks for it.
+    # The file records the table by its file name and digest, never a path: its copy beside
+    # the weights is that table; gone, reading it back asks for it.
+    assert (out / "RawBert.toml").read_bytes() == table.read_bytes()
+    (out / "RawBert.toml").unlink()
     code, _, err = cli("verify", out)
-    assert code == 4 and "'file:RawBert.toml'" in err and "--from" in err
+    assert code == 4 and "your table RawBert.toml" in err and "--from" in err
     code, stdout, err = cli("verify", out, "--from", table)
     assert code == 0, err
     model = bertconv.load(out, layout=str(table))
@@ -179,11 +182,13 @@ def test_an_edited_table_file_is_read_again(tmp_path, checkpoints, cli):
     assert "words.weight" in load_file(tmp_path / "b" / "model.safetensors")
 
 
-def test_a_missing_table_file_is_not_found(checkpoints, tmp_path, cli):
+def test_a_missing_table_file_is_no_such_layout_as_a_wrong_name_is(checkpoints, tmp_path, cli):
+    """One code for a layout that is not there (exit 2), a shipped name or a table file."""
     code, _, err = cli(
         "convert", checkpoints["base"], "--to", tmp_path / "x.toml", "--out", tmp_path / "o"
     )
-    assert code == 3 and "no such table file" in err
+    assert code == 2 and "no such table file" in err
+    assert cli("convert", checkpoints["base"], "--to", "nosuch", "--out", tmp_path / "o")[0] == 2
     assert not (tmp_path / "o").exists()
 
 

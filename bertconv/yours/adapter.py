@@ -16,7 +16,7 @@ from ..batches import RANDOM_LENGTH, SEED, Batch, positions, random_batch
 from ..checkpoint import Checkpoint
 from ..config import BertConfig
 from ..convert import Reading, Selection, convert_reading
-from ..errors import BertconvError, CheckpointError, UsageError, UserCodeError, listed
+from ..errors import BertconvError, CheckpointError, UsageError, UserCodeError, listed, said
 from ..family import (
     factory_dict,
     held,
@@ -490,7 +490,7 @@ def _misplaced(table: Table, config: BertConfig, left: tuple, shapes: dict, spec
         if found or not of[group] - own:
             how, names = (found or [("its own", table.own)])[0]
             raise CheckpointError(
-                f"--model {spec!r}: the checkpoint's {group} head would be left out, but the table "
+                f"{said(spec)}: the checkpoint's {group} head would be left out, but the table "
                 f"places {listed(sorted(names))}, of its shapes, as {how}: a head is never "
                 f"guessed. Place it as {group} (`bertconv infer --config` reads config.json's "
                 f"architectures), or verify on a checkpoint without a {group} head"

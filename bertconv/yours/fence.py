@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import UsageError, UserCodeError
+from ..errors import UsageError, UserCodeError, said
 
 
 def import_factory(spec: str) -> Callable:
@@ -29,12 +29,12 @@ def import_factory(spec: str) -> Callable:
     as shipped first (no other model's patches), then as this model's module leaves it (PATCHES)."""
     where, _, name = spec.rpartition(":")
     if not where or not name:
-        raise UsageError(f"--model {spec!r}: expected PKG.MODULE:NAME or path/to/file.py:NAME")
+        raise UsageError(f"{said(spec)}: expected PKG.MODULE:NAME or path/to/file.py:NAME")
     path, module_name, root = Path(where), where, Path.cwd()
     if where.endswith(".py") or "/" in where:
         path = Path(where).expanduser().resolve()
         if not path.is_file():
-            raise UsageError(f"--model {spec!r}: cannot import {where} (no such file {path})")
+            raise UsageError(f"{said(spec)}: cannot import {where} (no such file {path})")
         module_name, root = _module_name(path)
     unpatch()
     spaces = _torch_namespaces()
@@ -49,12 +49,12 @@ def import_factory(spec: str) -> Callable:
                 if e.name is None or not where.startswith(e.name):
                     raise  # the module's own imports: its error
                 raise UsageError(
-                    f"--model {spec!r}: cannot import {where} (ModuleNotFoundError: {e})"
+                    f"{said(spec)}: cannot import {where} (ModuleNotFoundError: {e})"
                 ) from None
     _apply(PATCHES.setdefault(module.__name__, _patches(spaces, before)))  # imported before: redone
     factory = getattr(module, name, None)
     if not callable(factory):
-        raise UsageError(f"--model {spec!r}: {where} has no class or function {name!r}")
+        raise UsageError(f"{said(spec)}: {where} has no class or function {name!r}")
     return factory
 
 
@@ -175,11 +175,11 @@ def guarded(spec: str, doing: str, advice: str = ""):
         raise
     except SystemExit as e:
         did = f"called sys.exit({e.code!r}){_where(e)}; bertconv compared nothing{advice}"
-        raise UserCodeError(f"--model {spec!r}: {doing}, the model's code {did}", did) from None
+        raise UserCodeError(f"{said(spec)}: {doing}, the model's code {did}", did) from None
     except BaseException as e:  # the user's code: whatever it raises
         message = (str(e).splitlines() or [""])[0][:300]
         did = f"raised {type(e).__name__}: {message}{_where(e)}{advice}"
-        raise UserCodeError(f"--model {spec!r}: {doing}, the model's code {did}", did) from None
+        raise UserCodeError(f"{said(spec)}: {doing}, the model's code {did}", did) from None
 
 
 @contextmanager

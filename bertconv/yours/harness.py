@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..config import BertConfig
-from ..errors import CheckpointError, UsageError, UserCodeError, listed
+from ..errors import CheckpointError, UsageError, UserCodeError, listed, said
 from .fence import guarded, import_factory, users_code
 from .trace import Trace, tensors_in
 from .units import words
@@ -127,11 +127,11 @@ def construct(factory: Callable, spec: str, config: Config) -> nn.Module:
     with guarded(spec, "building it with the checkpoint's config", advice):
         model = factory(config) if kwargs is None else factory(**kwargs)
     if not isinstance(model, nn.Module):
-        raise UsageError(f"--model {spec!r}: gives a {type(model).__name__}, not an nn.Module")
+        raise UsageError(f"{said(spec)}: gives a {type(model).__name__}, not an nn.Module")
     meta = [n for n, t in model.state_dict().items() if t.is_meta]
     if meta:
         raise UserCodeError(
-            f"--model {spec!r}: its tensors are on the meta device ({listed(meta)}): they "
+            f"{said(spec)}: its tensors are on the meta device ({listed(meta)}): they "
             "hold no values for bertconv to load into. Build the model on the CPU"
         )
     with guarded(spec, "putting it in eval mode"):
@@ -179,7 +179,7 @@ def load_weights(
     ]
     if missing or result.unexpected_keys or wrong:
         raise CheckpointError(
-            f"--model {spec!r}: the table's names do not fit the model: missing "
+            f"{said(spec)}: the table's names do not fit the model: missing "
             f"[{listed(map(repr, missing))}], unexpected "
             f"[{listed(map(repr, result.unexpected_keys))}], shapes "
             f"[{listed(map(repr, wrong))}]. Check the table (`bertconv infer` writes one for your "
@@ -229,7 +229,7 @@ def plan(model: nn.Module, spec: str) -> Plan:
         found[required.pop()] = left[0]
     if required:
         raise UsageError(
-            f"--model {spec!r}: forward{signature} needs {', '.join(map(repr, required))}, which "
+            f"{said(spec)}: forward{signature} needs {', '.join(map(repr, required))}, which "
             "bertconv cannot give: it passes the token ids, the attention mask (or lengths) and "
             "the token types. Give the parameter a default, or give --model a function that "
             "wraps your model"

@@ -25,7 +25,7 @@ import torch
 from .. import catalog, storage
 from ..catalog import ENCODER, TOKEN_TYPES
 from ..config import BertConfig
-from ..errors import BertconvError, NotBertError, UsageError, listed
+from ..errors import BertconvError, NotBertError, UsageError, given_as, listed, said
 from ..family import factory_dict, held_config, holdings, own
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
@@ -249,6 +249,7 @@ def infer(spec: str, config_dict: dict | None = None, dense=None) -> Inference:
     whose assignment computes it is the table, its [holding] recorded; else the closest says
     why. `dense`: a sentence-transformers directory's Dense layer, which a projection of the
     model's own of its shape is ([sentence])."""
+    spec = given_as(spec, "MODEL")  # infer's argument, as messages name it
     # A config.json naming its classes is transformers': without id2label, num_labels is 2.
     probe = PROBE | ({"num_labels": 2} if "architectures" in (config_dict or {}) else {})
     given = catalog.read_config(config_dict or {}, "--config")
@@ -308,7 +309,7 @@ def _inferred(spec: str, config_dict: dict | None, given: BertConfig, holding, d
     unnamable = [n for n in tensors if "{" in n or "}" in n or not n.isprintable()]
     if unnamable:  # a table reads braces as {layer}, and holds printable names only
         raise UsageError(
-            f"--model {spec!r}: names tensors no table can hold "
+            f"{said(spec)}: names tensors no table can hold "
             f"({listed(map(repr, unnamable))}): braces are a table's {{layer}}, and a "
             "name must be printable; rename the module or parameter"
         )
