@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 DEMO := demo-out
 
-.PHONY: install test lint demo fuzz bench bench-gpu gpu-files clean
+.PHONY: install test lint demo fuzz bench bench-gpu gpu-files parity-doc clean
 
 install: $(INSTALLED)
 
@@ -92,3 +92,7 @@ gpu-files: $(INSTALLED)
 
 clean:
 	rm -rf $(VENV) $(T4) $(DEMO) .pytest_cache .ruff_cache *.egg-info
+
+# docs/parity.md's measured tables, written by what measures them (bench/parity_doc.py).
+parity-doc: $(INSTALLED)
+	$(BIN)/python bench/parity_doc.py
