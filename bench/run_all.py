@@ -72,6 +72,29 @@ def mpnet_parity() -> str:
     return "## Parity on the GPU, MPNet (mpnet-base shape, masked LM)\n\n" + "\n\n".join(blocks)
 
 
+def yours_parity() -> str:
+    """A from-scratch MPNet of the zoo (tests/zoo/mpnet_scratch.py, with its masked LM) through
+    infer and verify --model on the GPU, and one of its faults, named."""
+    title = "## Your own MPNet on the GPU (tests/zoo/mpnet_scratch.py, mpnet-base shape)"
+    zoo, path = ROOT / "tests" / "zoo" / "mpnet_scratch.py", mpnet_checkpoint()
+    blocks = []
+    for model, table, dtype in (
+        ("MaskedLM", "MaskedLM", "float32"),
+        ("MaskedLM", "MaskedLM", "bfloat16"),
+        ("FartherReach", "MPNet", "float32"),  # a fault: FAILED, named
+    ):
+        written = path.parent / f"mpnet-{table}.toml"
+        infer = ["infer", f"{zoo}:{table}", "--config", str(path / "config.json")]
+        subprocess.run([str(BIN / "bertconv"), *infer, "--out", str(written)], capture_output=True)
+        args = ["verify", str(path), "--model", f"{zoo}:{model}", "--layout", str(written)]
+        done = subprocess.run([str(BIN / "bertconv"), *args, "--device", "cuda", "--dtype", dtype],
+                              capture_output=True, text=True)  # fmt: skip
+        typed = f"bertconv verify mpnet-base --model mpnet_scratch.py:{model} --device cuda"
+        said = f"{done.stdout}{done.stderr}(exit code {done.returncode})"
+        blocks.append(f"```\n$ {typed} --dtype {dtype}\n{said}\n```")
+    return f"{title}\n\n" + "\n\n".join(blocks)
+
+
 def sentence_parity() -> str:
     """The encoder and the sentence embedding of all-MiniLM-L6-v2's pipeline, against
     sentence-transformers on the GPU."""
@@ -92,6 +115,7 @@ def main() -> None:
             absolute_parity,
             relative_parity,
             mpnet_parity,
+            yours_parity,
             sentence_parity,
             packed.main,
             lambda: forward.main("cuda"),

@@ -138,3 +138,14 @@ def test_a_table_of_64_buckets_is_read_at_32_as_transformers_does(tmp_path, cli)
     code, out, err = cli("verify", source, "--model", f"{SCRATCH}:ConfigsBucketCount",
                          "--layout", table)  # fmt: skip
     assert code == 1 and "in 64 buckets, not 32 (config.json's relative_attention_num" in out + err
+
+
+def test_an_mpnet_under_transformers_names_needs_no_table(checkpoints, cli):
+    """Ported from transformers' code, its modules named as MPNetModel's: the shipped layout
+    names it; its fault (the bias in the first layer only) FAILS at layer 2, named."""
+    spec = f"{ZOO}/mpnet_official_names.py"
+    code, out, err = cli("verify", checkpoints["MPNetModel"], "--model", f"{spec}:MPNetModel")
+    assert code == 0 and "PASSED" in out and "pooler" in out, out + err
+    code, out, err = cli("verify", checkpoints["MPNetModel"], "--model",
+                         f"{spec}:BiasInFirstLayerOnly")  # fmt: skip
+    assert code == 1 and "not added in this layer, only in those before it" in out + err
