@@ -260,9 +260,8 @@ class Encoder(nn.Module):
             return None
         positions = torch.arange(length, device=device)
         distance = positions[None, :] - positions[:, None]  # key - query
-        return self.relative_attention_bias(relative_position_bucket(distance)).permute(2, 0, 1)[
-            None
-        ]
+        per_head = self.relative_attention_bias(relative_position_bucket(distance))  # (T, T, heads)
+        return per_head.permute(2, 0, 1)[None]
 
     def forward(self, x: torch.Tensor, padding: Padding, every: bool = True) -> list[torch.Tensor]:
         """Every layer's output (B, T, hidden), the embeddings' first; or, where not `every`,

@@ -21,7 +21,7 @@ from pathlib import Path
 from . import catalog, mappings
 from .catalog import AFTER_PAD, ENCODER, FROM_ZERO, RELATIVE, is_dim, sections, shape_problems
 from .config import SIZES
-from .errors import CheckpointError, TableError, UsageError, listed
+from .errors import BertconvError, CheckpointError, TableError, UsageError, listed
 from .transforms import REGISTRY
 
 TABLES = Path(mappings.__file__).parent  # mappings/, shipped inside the package
@@ -274,7 +274,6 @@ def recorded_table(
     where one is at hand: one `offered` (verify's --layout) of its name, or the copy beside it,
     each only where it is that table byte for byte (a file of an older bertconv, which recorded
     no digest: the one offered by that name)."""
-    from .errors import BertconvError
     from .files import confined
 
     name = recorded_name(recorded)

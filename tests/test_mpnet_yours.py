@@ -149,3 +149,23 @@ def test_an_mpnet_under_transformers_names_needs_no_table(checkpoints, cli):
     code, out, err = cli("verify", checkpoints["MPNetModel"], "--model",
                          f"{spec}:BiasInFirstLayerOnly")  # fmt: skip
     assert code == 1 and "not added in this layer, only in those before it" in out + err
+
+
+def test_mpnet_in_other_styles_passes_and_its_length_faults_never_do(checkpoints, cli, tmp_path):
+    """tests/zoo/mpnet_styles.py: fused qkv by einsum, the bias a raw Parameter indexed by hand,
+    hand-written LayerNorms, SDPA: infer and verify pass it. Its faults that show only on long
+    sequences FAIL: a bias zeroed past 128 tokens (no cause confirmed that it does not have),
+    far buckets out of the table, the bias cached at the first length."""
+    spec, table = f"{ZOO}/mpnet_styles.py", tmp_path / "styles.toml"
+    config = checkpoints["MPNetModel"] / "config.json"
+    assert cli("infer", f"{spec}:FusedMPNet", "--config", config, "--out", table)[0] == 0
+    code, out, err = cli("verify", checkpoints["MPNetModel"], "--model", f"{spec}:FusedMPNet",
+                         "--layout", table)  # fmt: skip
+    assert code == 0 and "PASSED" in out, out + err
+    for fault in ("FarZero", "NoClamp", "CachedBias"):
+        code, out, err = cli("verify", checkpoints["MPNetModel"], "--model", f"{spec}:{fault}",
+                             "--layout", table)  # fmt: skip
+        said = out + err
+        assert code == 1 and "PASSED" not in said, (fault, said)
+        assert "wrong on a batch reaching 298" in said, (fault, said)
+        assert "Your model computes" not in said, (fault, said)  # no cause it does not have
