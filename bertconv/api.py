@@ -338,9 +338,10 @@ def _sentences(directory: Path, config) -> "sentence.Encoding | None":
     return None if found is None else sentence.Encoding(pipeline, found, config.pad_token_id)
 
 
-def build(conversion: Conversion, config, mmap: bool = False):
+def build(conversion: Conversion, config, mmap: bool = False, read: dict | None = None):
     """The bertconv model a conversion into the bertconv layout calls for, holding its tensors
-    (read into memory, or `mmap`: mapped from their files), in eval mode."""
+    (read into memory, or `mmap`: mapped from their files; `read`: shared with another model
+    that only reads them, storage.all_to_torch), in eval mode."""
     import torch
 
     from .heads import CLASSES
@@ -348,7 +349,7 @@ def build(conversion: Conversion, config, mmap: bool = False):
     cls = CLASSES[conversion.table.architecture.implementation(conversion.model_class)]
     with torch.device("meta"), _skip_init():  # every parameter comes from the file
         model = cls(config, pooler="pooler" in conversion.groups)
-    weights = storage.all_to_torch(conversion.state_dict, mmap)
+    weights = storage.all_to_torch(conversion.state_dict, mmap, read)
     model.load_state_dict(weights, strict=True, assign=True)
     return model.eval()
 

@@ -32,9 +32,9 @@ CHOICES = 2  # multiple choice: a batch's rows are taken in twos, as the choices
 TOKENIZER_LIMIT = 256 << 20  # bytes; the largest real tokenizer.json files are ~20 MB
 
 
-def tokenizer_batch(path: Path, config: BertConfig) -> dict[str, torch.Tensor] | None:
-    """TEXTS through the checkpoint's own tokenizer, padded; None where it ships none."""
-    tok = tokenizer(path)
+def tokenizer_batch(tok, config: BertConfig, path: Path) -> dict[str, torch.Tensor] | None:
+    """TEXTS through the checkpoint's own tokenizer `tok` (read from `path`: tokenizer()),
+    padded; None where it ships none."""
     if tok is None:
         return None
     tok.enable_padding(pad_id=config.pad_token_id)
@@ -77,19 +77,30 @@ def tokenizer(path: Path):
         file = path / name
         if not files.is_present(file):
             continue
-        with files.open_regular(file) as f:  # a regular file, of a tokenizer's size
+        with files.open_regular(file) as f:  # a regular file, of a tokenizer's size, read once
             size = os.fstat(f.fileno()).st_size
-        if size > TOKENIZER_LIMIT:
-            raise CheckpointError(
-                f"{file}: {size >> 20} MB, larger than any tokenizer ({TOKENIZER_LIMIT >> 20} MB)"
-            )
+            if size > TOKENIZER_LIMIT:
+                raise CheckpointError(
+                    f"{file}: {size >> 20} MB, larger than any tokenizer "
+                    f"({TOKENIZER_LIMIT >> 20} MB)"
+                )
+            data = f.read(TOKENIZER_LIMIT + 1)
         try:
+            text = data.decode("utf-8")
             if name == "tokenizer.json":
-                return Tokenizer.from_file(str(file))
-            return BertWordPieceTokenizer(str(file), lowercase=_lowercase(path))
+                return Tokenizer.from_str(text)
+            return BertWordPieceTokenizer(_vocabulary(text), lowercase=_lowercase(path))
         except Exception as e:  # tokenizers raises its own Exception for any malformed file
             raise CheckpointError(f"{file}: not a tokenizer that can be read ({e})") from None
     return None
+
+
+def _vocabulary(text: str) -> dict[str, int]:
+    """vocab.txt's word pieces by their ids, as tokenizers reads the file: a line each (its
+    trailing whitespace left out), a piece repeated taking its last line's id."""
+    lines = text.split("\n")
+    lines = lines[:-1] if lines and not lines[-1] else lines
+    return {line.rstrip(): i for i, line in enumerate(lines)}
 
 
 def _lowercase(path: Path) -> bool:
@@ -205,12 +216,15 @@ def left_padded(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.gather(1, index) for k, v in batch.items()}
 
 
-def inputs(path: Path, config: BertConfig, choices: bool = False) -> list[Batch]:
-    """The batches both models read: the checkpoint's own tokenizer on TEXTS (where it ships
-    one), random ids, and random ids of the full length (a model right on short sequences alone
-    is caught), each followed by its twin of the same shape, padded otherwise (`repadded`); for
-    multiple choice, rows taken in twos as the choices of one item."""
-    text = tokenizer_batch(path, config)
+def inputs(
+    config: BertConfig, tok=None, path: Path | None = None, choices: bool = False
+) -> list[Batch]:
+    """The batches both models read: the checkpoint's own tokenizer `tok` (read from `path`) on
+    TEXTS where it ships one, random ids, and random ids of the full length (a model right on
+    short sequences alone is caught), each followed by its twin of the same shape, padded
+    otherwise (`repadded`); for multiple choice, rows taken in twos as the choices of one
+    item."""
+    text = tokenizer_batch(tok, config, path)
     kinds = [Batch(TEXT, text)] if text is not None else []
     kinds.append(Batch(RANDOM, random_batch(config)))
     full = positions(config)

@@ -447,12 +447,12 @@ def verify(
     calls where it computes it, the pooler as it computes it (no tanh added).
 
     Inputs: text through the checkpoint's own tokenizer (padded, both token types), a batch of
-    random ids, and random ids of every position the checkpoint has (compared in float64 where
-    float32 is: float32's own rounding over so many positions nears the tolerance); each shape
-    twice, padded otherwise. Tolerance: in float32, max abs difference <= 1e-5 (TF32 off); in
-    bfloat16 and float16, our error against transformers-in-float32 at most twice transformers'
-    own error in that dtype. Exits 0 within tolerance, 1 otherwise. Needs the `verify` extra
-    (transformers)."""
+    random ids, and random ids of every position the checkpoint has (where it alone differs in
+    float32, compared in float64 by both models: float32's own rounding over so many positions
+    nears the tolerance); each shape twice, padded otherwise. Tolerance: in float32, max abs
+    difference <= 1e-5 (TF32 off); in bfloat16 and float16, our error against
+    transformers-in-float32 at most twice transformers' own error in that dtype. Exits 0 within
+    tolerance, 1 otherwise. Needs the `verify` extra (transformers)."""
     from .verify import verify as run_verify
 
     if layout is not None and model is None:
@@ -481,8 +481,9 @@ def _float64(report) -> str:
     if not report.in_float64:
         return ""
     return (
-        f" ({', '.join(report.in_float64)} in float64: float32's own rounding over so many "
-        "positions nears the tolerance; in float32 too, below)"
+        f" ({', '.join(report.in_float64)} in float64: in float32 it alone differed beyond the "
+        "tolerance, where float32's own rounding over so many positions nears it; in float32 "
+        "too, below)"
     )
 
 

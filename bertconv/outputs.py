@@ -7,12 +7,21 @@ import inspect
 import math
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
 
 from .catalog import Architecture
 
 FLOAT32_MAX_ABS = 1e-5  # the float32 tolerance: every compared value of a model, against another
+# In-place calls that do not end with an underscore.
+IN_PLACE = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
+            "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__"}  # fmt: skip
+# Calls that move values without arithmetic (a lookup in an embedding table): run on the
+# tensors as they are, and what they return cast, which is exact and never casts a whole table.
+GATHERS = {"embedding", "__getitem__", "index_select", "take", "gather", "take_along_dim"}
 
 
 @dataclass(frozen=True)
@@ -135,10 +144,10 @@ def truth(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def cast_order(dtype: torch.dtype) -> tuple:
-    """The order a model is cast in: float32 first (the weights as read), then float64 (which
-    keeps them), half last."""
-    return (dtype != torch.float32, dtype.itemsize < 4)
+def cast_order(dtype: torch.dtype) -> bool:
+    """The order a model is run in dtypes: half precision last, since casting the model into
+    it rounds its weights (float32 runs on them as read, float64 too: InFloat64)."""
+    return dtype.itemsize < 4
 
 
 def key(batch: dict[str, torch.Tensor]) -> tuple:
@@ -177,9 +186,12 @@ class Runner:
         return {k: torch.cat([p[k] for p in self.per_batch]) if every[k] else nan for k in keys}
 
     def run_one(self, batch: dict, device: torch.device, dtype: torch.dtype) -> tuple[dict, object]:
-        """The outputs of one batch, and the dtype they were computed in."""
-        self.model.to(device=device, dtype=dtype)
-        return self.outputs({k: v.to(device) for k, v in batch.items()}), dtype
+        """The outputs of one batch, and the dtype they were computed in (float64: InFloat64,
+        the weights as read)."""
+        wide = dtype == torch.float64
+        self.model.to(device=device, dtype=torch.float32 if wide else dtype)
+        with InFloat64() if wide else nullcontext():
+            return self.outputs({k: v.to(device) for k, v in batch.items()}), dtype
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
         return compared(self.model, batch, self.heads)
@@ -193,21 +205,50 @@ class Runner:
         `expected`: the reference's, batch by batch."""
         return True
 
-    def reference_seeded(self, computed: dict, batches: list, device) -> None:
-        """transformers' outputs for heads given seeded weights, where the model has any."""
+    def reference_seeded(self, reference) -> None:
+        """Where the model has heads the checkpoint lacks, given seeded weights: the reference
+        (reference.Reference) for them, beside `reference`."""
 
     def what_head_reads(self, row: Output, batch: dict) -> list[Note]:
         """Where a head's row fails, what the head reads, where that is not what BERT's does."""
         return []
 
 
-def looked_up(computed: dict, dtypes: list, batches) -> dict[Output, torch.Tensor]:
-    """transformers' outputs on `batches`, each in its dtype, as computed before the user's code
-    ran."""
-    keys = [(t, key(b)) for t, b in zip(dtypes, batches, strict=True)]
-    if not all(k in computed for k in keys):
-        raise RuntimeError("verify: a batch differs from every form transformers computed")
-    return {o: torch.cat([computed[k][o] for k in keys]) for o in computed[keys[0]]}
+def written_into(name: str, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The tensor a call of `name` writes into, where it writes into one (`x += y`,
+    `masked_fill_`, `out=`)."""
+    if not (
+        name in IN_PLACE
+        or (name.endswith("_") and not name.endswith("__"))
+        or kwargs.get("inplace") is True
+        or "out" in kwargs
+    ):
+        return None
+    return kwargs.get("out", args[0] if args else None)
+
+
+class InFloat64(TorchFunctionMode):
+    """A forward computed in float64 with the model's weights as they are: each floating tensor
+    a call reads is cast to float64 for that call (a weight for the call that reads it), so that
+    no float64 copy of the model is ever held (bert-base's would be 880 MB). What a call writes
+    into keeps its dtype, as it does in a model cast whole."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", None)
+        if name == "__get__":  # an attribute (`.shape`, `.T`): nothing computed
+            return func(*args, **kwargs)
+        if name in GATHERS:
+            return tree_map(_in_float64, func(*args, **kwargs))
+        target = written_into(name, args, kwargs)
+        args, kwargs = tree_map(partial(_in_float64, keep=target), (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def _in_float64(value, keep=None):
+    if isinstance(value, torch.Tensor) and value is not keep and value.is_floating_point():
+        return value.to(torch.float64)
+    return value
 
 
 @contextmanager

@@ -3,18 +3,31 @@ the check that transformers is there and computes what the checkpoint asks. The 
 builds transformers' models; verify and your own BERT's adapter ask it.
 """
 
+import gc
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
 
-from . import storage
+from . import files, storage
 from .checkpoint import Checkpoint
 from .config import BertConfig
 from .convert import Reading, Selection, convert_reading
 from .errors import CheckpointError, MissingDependencyError
 from .mapping import layout
-from .outputs import cast_order
+from .outputs import Output, Runner, cast_order, heads, key, no_tf32
 from .tables import OFFICIAL
+from .yours.fence import shipped
+
+# config.json fields transformers acts on that leave BERT's arithmetic as it is (bertconv's model
+# has no use for them), named where transformers fails on them
+ACTED_ON = ("chunk_size_feed_forward",)
+# transformers' outputs, by what they were computed of (Reference.key: the checkpoint's files as
+# found on disk, the class and heads), the batch and the dtype: a checkpoint verified again in
+# one process (a notebook, a script, the tests) is not run again. The oldest go first beyond
+# RUNS_LIMIT bytes.
+RUNS: OrderedDict[tuple, dict[Output, torch.Tensor]] = OrderedDict()
+RUNS_LIMIT = 1 << 30
 
 
 def imported():
@@ -43,7 +56,95 @@ def implements(transformers, config: BertConfig) -> None:
         )
 
 
-def reference_model(ckpt: Checkpoint, reading: Reading, from_file: bool = True):
+class Reference:
+    """transformers' own class for a checkpoint's reading, run on each (batch, dtype) verify
+    asks for once per process (RUNS), with torch as shipped (no patch of a user's module
+    reaches it). The model is built for the runs `compute` is given together, and let go once
+    they are done: it is never held beside a model verify runs after it. `seeded`: the same
+    for heads given seeded weights, whose rows it adds."""
+
+    def __init__(
+        self, ckpt: Checkpoint, reading: Reading, device, from_file: bool = True, read=None
+    ):
+        self.ckpt, self.reading, self.device, self.from_file = ckpt, reading, device, from_file
+        self.read = read  # tensors shared with bertconv's model (storage.all_to_torch)
+        self.heads = heads(reading.model_class, reading.table.architecture)
+        self.key = (_state(ckpt), reading.model_class, tuple(sorted(reading.groups)), from_file,
+                    str(device))  # fmt: skip
+        self.seeded: tuple[Reference, frozenset[Output]] | None = None
+
+    def outputs(self, batch: dict[str, torch.Tensor], dtype) -> dict[Output, torch.Tensor]:
+        """transformers' compared outputs on a batch (as the model reads it), in `dtype`."""
+        self.compute([(batch, dtype)])
+        at = (self.key, key(batch), dtype)
+        RUNS.move_to_end(at)
+        found = RUNS[at]
+        if self.seeded is not None:
+            other, rows = self.seeded
+            found = found | {k: v for k, v in other.outputs(batch, dtype).items() if k in rows}
+        return found
+
+    def looked_up(self, batches: list, dtypes: list) -> dict[Output, torch.Tensor]:
+        """transformers' outputs on `batches`, each in its dtype, one after the other."""
+        each = [self.outputs(b, t) for b, t in zip(batches, dtypes, strict=True)]
+        return {o: torch.cat([e[o] for e in each]) for o in each[0]}
+
+    def compute(self, wanted: list[tuple[dict, torch.dtype]]) -> None:
+        """Run the model on each (batch, dtype) of `wanted` not run before, in the order a model
+        is cast in, the largest batches first (what later ones need of memory, they freed): one
+        model built for them all, let go after."""
+        if self.seeded is not None:
+            self.seeded[0].compute(wanted)
+        missing = {(self.key, key(b), t): (b, t) for b, t in wanted}
+        missing = {k: v for k, v in missing.items() if k not in RUNS}
+        if not missing:
+            return
+        with shipped(), no_tf32():
+            model = reference_model(self.ckpt, self.reading, self.from_file, self.read)
+            runner = Runner(model, self.heads)
+            for at, (batch, dtype) in sorted(missing.items(), key=_order):
+                RUNS[at] = self._run(runner, batch, dtype)
+        _keep_within(RUNS_LIMIT, missing.keys())
+
+    def _run(self, runner: Runner, batch: dict, dtype) -> dict[Output, torch.Tensor]:
+        try:
+            return runner.run_one(batch, self.device, dtype)[0]
+        except Exception as e:  # transformers' own forward, on what config.json asks of it
+            reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
+            config = self.ckpt.config_dict
+            asked = [f"{k}={v!r}" for k, v in config.items() if k in ACTED_ON and v]
+            fields = f" (config.json's {', '.join(asked)})" if asked else ""
+            raise CheckpointError(
+                f"{self.ckpt.path}: transformers cannot compute it on verify's batches{fields}: "
+                f"{reason}"
+            ) from None
+
+
+def _order(run: tuple) -> tuple:
+    batch, dtype = run[1]
+    return cast_order(dtype), -batch["input_ids"].numel()
+
+
+def _state(ckpt: Checkpoint) -> tuple:
+    """The checkpoint's files as found on disk (which, their sizes, when written), and the
+    layout it was read in (a table file's too)."""
+    read = [*ckpt.files, *([Path(ckpt.layout)] if ckpt.layout.endswith(".toml") else [])]
+    found = {**{p: files.identity(p) for p in read}, **ckpt.seen}
+    identities = tuple(sorted((str(p), i) for p, i in found.items()))
+    return str(ckpt.path.resolve()), ckpt.layout, identities
+
+
+def _keep_within(limit: int, new) -> None:
+    """The oldest runs but the `new` ones let go, until those kept hold at most `limit` bytes."""
+    sizes = {k: sum(t.nbytes for t in v.values()) for k, v in RUNS.items()}
+    for old in [k for k in RUNS if k not in new]:
+        if sum(sizes.values()) <= limit:
+            return
+        del RUNS[old]
+        sizes.pop(old)
+
+
+def reference_model(ckpt: Checkpoint, reading: Reading, from_file: bool = True, read=None):
     """transformers' own class for the file, holding the tensors bertconv read from it. A file
     in the official layout is handed over under the names the file gives them, which
     transformers maps itself (legacy gamma/beta, the `bert.` prefix): independently of
@@ -58,7 +159,7 @@ def reference_model(ckpt: Checkpoint, reading: Reading, from_file: bool = True):
     else:
         official_table, chosen = layout(OFFICIAL, ckpt.config), Selection("exactly", groups)
         tensors = convert_reading(reading, ckpt.config, official_table, chosen).state_dict
-    state_dict = storage.all_to_torch(tensors)
+    state_dict = storage.all_to_torch(tensors, read=read)
     builds_pooler = arch.implementation(name) == "BertModel" and arch.has_pooler(name)
     extra = {"add_pooling_layer": pooler} if builds_pooler else {}
     try:
@@ -129,7 +230,10 @@ def sentence_embeddings(ckpt: Checkpoint, reading: Reading, texts: list[str], dt
     key = (str(ckpt.path.resolve()), ckpt.layout, tuple(found), tuple(texts), str(device))
     done = EMBEDDED.get(key, {})
     if not set(dtypes) <= set(done):
-        done = done | _sentence_embeddings(ckpt, reading, texts, set(dtypes) - set(done), device)
+        with shipped():  # no patch of a user's module reaches sentence-transformers
+            new = _sentence_embeddings(ckpt, reading, texts, set(dtypes) - set(done), device)
+        gc.collect()  # its model is let go of now, not at the next collection (it holds cycles)
+        done = done | new
         EMBEDDED.clear()  # one directory kept: a large one's embeddings are small, its files not
         EMBEDDED[key] = done
     return {t: done[t] for t in dtypes}

@@ -10,7 +10,8 @@ never run, and the encoder still converts and verifies.
 """
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 from . import files
@@ -54,6 +55,9 @@ class Dense:
     out_features: int
     bias: bool
     activation: str | None  # a torch.nn.functional name; None: none (Identity)
+    # its weights, read with the pipeline into memory ({"linear.weight": storage.InMemory}):
+    # nothing computing it reads a file
+    tensors: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ def read_pipeline(directory: Path, positions: int | None = None) -> Pipeline | N
     directory = Path(directory)
     if not files.is_present(directory / MODULES):
         return None
-    modules = files.read_json(directory / MODULES, list)
+    modules = _modules(directory)
     steps, refused = [], []
     for i, module in enumerate(modules):
         kind, path = _module(module, directory, i)
@@ -125,13 +129,14 @@ def read_pipeline(directory: Path, positions: int | None = None) -> Pipeline | N
         refused.append(f"none that pools the tokens ({directory / MODULES})")
     settings = _json(directory / SETTINGS)
     prompts = _json(directory / PROMPTS)
-    side = _json(directory / "tokenizer_config.json").get("padding_side", "right")
+    tokenizer_config = _json(directory / "tokenizer_config.json")
+    side = tokenizer_config.get("padding_side", "right")
     if side not in ("left", "right"):
         raise CheckpointError(f"{directory / 'tokenizer_config.json'}: padding_side {side!r}")
     return Pipeline(
         directory,
         tuple(steps),
-        _truncation(directory, settings, positions),
+        _truncation(settings, tokenizer_config, positions),
         bool(settings.get("do_lower_case", False)),
         _prompts(prompts, directory / PROMPTS),
         prompts.get("default_prompt_name"),
@@ -173,9 +178,19 @@ def carried(directory: Path, links: bool = True) -> list[str]:
 
 def module_folders(directory: Path) -> list[str]:
     """The folders of a directory's modules besides the encoder, as modules.json names them."""
-    modules = files.read_json(directory / MODULES, list)
-    kinds = [_module(module, directory, i) for i, module in enumerate(modules)]
+    kinds = [_module(module, directory, i) for i, module in enumerate(_modules(directory))]
     return [Path(path).as_posix() for kind, path in kinds if kind not in ENCODERS]
+
+
+def _modules(directory: Path) -> tuple:
+    """modules.json's entries, read once while the file stays as it was."""
+    path = directory / MODULES
+    return _read_modules(str(path), files.identity(path))
+
+
+@lru_cache(maxsize=16)
+def _read_modules(path: str, identity) -> tuple:
+    return tuple(files.read_json(Path(path), list))
 
 
 def _folder_files(directory: Path, folder: Path, links: bool) -> list[str]:
@@ -219,19 +234,29 @@ def _dense(folder: Path) -> Dense | None:
     sizes = [config.get("in_features"), config.get("out_features")]
     if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
         raise CheckpointError(f"{folder / 'config.json'}: in_features and out_features: {sizes}")
-    bias = bool(config.get("bias", True))
-    return Dense(folder, *sizes, bias, ACTIVATIONS[name.rpartition(".")[2]])
+    dense = Dense(
+        folder, *sizes, bool(config.get("bias", True)), ACTIVATIONS[name.rpartition(".")[2]]
+    )
+    return replace(dense, tensors=_in_memory(dense_tensors(dense)))
+
+
+def _in_memory(tensors: dict) -> dict:
+    from . import storage
+
+    return {
+        n: storage.InMemory(t.dtype, t.shape, storage.read_bytes(t)) for n, t in tensors.items()
+    }
 
 
 READERS = {"Pooling": _pooling, "Dense": _dense, "Normalize": lambda folder: Normalize()}
 
 
-def _truncation(directory: Path, settings: dict, positions: int | None) -> int | None:
+def _truncation(settings: dict, tokenizer_config: dict, positions: int | None) -> int | None:
     """sentence_bert_config.json's max_seq_length where given, else the tokenizer's
     model_max_length; either capped at the encoder's positions."""
     length = settings.get("max_seq_length")
     if length is None:
-        length = _json(directory / "tokenizer_config.json").get("model_max_length")
+        length = tokenizer_config.get("model_max_length")
     if not isinstance(length, (int, float)) or isinstance(length, bool) or length < 1:
         return positions
     return int(length if positions is None else min(length, positions))
@@ -430,10 +455,10 @@ def projected(x, dense: Dense):
 
 
 def dense_weights(dense: Dense) -> dict:
-    """Dense's tensors from its folder, in torch (dense_tensors)."""
+    """Dense's tensors, in torch (read with the pipeline)."""
     from . import storage
 
-    return storage.all_to_torch(dense_tensors(dense))
+    return storage.all_to_torch(dense.tensors)
 
 
 def placed(rows: dict[str, str], directory: Path) -> dict:
@@ -444,8 +469,7 @@ def placed(rows: dict[str, str], directory: Path) -> dict:
     dense = pipeline.dense if pipeline is not None else None
     if dense is None:
         return {}
-    held = dense_tensors(dense)
-    return {name: held[which.partition(".")[2]] for name, which in rows.items()}
+    return {name: dense.tensors[which.partition(".")[2]] for name, which in rows.items()}
 
 
 def dense_tensors(dense: Dense) -> dict:

@@ -481,11 +481,17 @@ def on_two_cores(work: Callable, shares: list, progress: Callable[[int], None]) 
         raise failed[0]
 
 
-def all_to_torch(tensors: dict[str, Tensor], mmap: bool = False) -> dict:
+def all_to_torch(tensors: dict[str, Tensor], mmap: bool = False, read: dict | None = None) -> dict:
     """Every tensor as torch's (to_torch): read into memory, the stored ones in two shares of
     about equal bytes on two cores at once (the reads let go of the GIL, and most of their time
     is the kernel's, faulting in the new memory and copying the page cache into it); or, with
-    `mmap`, mapped from their files, one mapping per file."""
+    `mmap`, mapped from their files, one mapping per file. `read`: the tensors read by earlier
+    calls, which two models that only read their weights share (verify's and transformers'),
+    and this call's added to it."""
+    if read is not None:
+        new = all_to_torch({n: t for n, t in tensors.items() if id(t) not in read}, mmap)
+        read.update({id(tensors[n]): (tensors[n], t) for n, t in new.items()})
+        return {name: read[id(t)][1] for name, t in tensors.items()}
     if mmap:
         maps = {}
         return {name: to_torch(t, maps) for name, t in tensors.items()}

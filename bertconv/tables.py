@@ -15,7 +15,7 @@ import hashlib
 import re
 import tomllib
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from . import catalog, mappings
@@ -112,20 +112,43 @@ def holding_of(name: str) -> Holding:
     return _holding(source_of(name))
 
 
-@cache
 def _holding(source: tuple[str, int, int]) -> Holding:
-    """A table file's [holding], by its path and state on disk (read once, as `read`)."""
-    from .files import open_regular
-
-    with open_regular(Path(source[0])) as f:
-        raw = f.read(TABLE_LIMIT + 1)
-    try:
-        table = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+    """A table file's [holding], by its path and state on disk."""
+    table = _file(source).toml
+    if table is None:
         return BERT_HOLDING  # read_table says what is wrong with it
     if not isinstance(table.get("holding", {}), dict) or _holding_problems(table):
         return BERT_HOLDING
     return Holding.of(table)
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """A table file as read, once: its bytes (what a conversion copies and records), and its
+    TOML, or why its bytes are none."""
+
+    path: Path
+    data: bytes
+    toml: dict | None
+    error: str | None = None
+
+
+@lru_cache(maxsize=64)
+def _file(source: tuple[str, int, int]) -> TableFile:
+    """A table file by its path and state on disk (source_of): opened and parsed once; edited
+    since, it is another source, read again."""
+    from .files import open_regular
+
+    path = Path(source[0])
+    with open_regular(path) as f:
+        data = f.read(TABLE_LIMIT + 1)
+    if len(data) > TABLE_LIMIT:
+        big = f"larger than {TABLE_LIMIT >> 10} KB; not a mapping table"
+        return TableFile(path, data, None, big)
+    try:
+        return TableFile(path, data, tomllib.loads(data.decode("utf-8")))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
+        return TableFile(path, data, None, f"not a TOML table ({e or type(e).__name__})")
 
 
 # Reading tables ---------------------------------------------------------------------------------
@@ -135,7 +158,7 @@ def forget() -> None:
     """Forget every table read, so that the next use reads them again (tables are cached for
     the life of a process; a test that rewrites the shipped ones needs this)."""
     read.cache_clear()
-    _holding.cache_clear()
+    _file.cache_clear()
     catalog.forget()
 
 
@@ -197,15 +220,13 @@ def source_of(name: str) -> str | tuple[str, int, int]:
                 "(`bertconv layouts` describes them), or a path to a table file (.toml)"
             )
         return name
-    path = Path(name).expanduser()
     try:
-        state = path.stat()
+        return _state(Path(name).expanduser())
     except OSError:
         raise UsageError(  # the one code of a layout that is not there, shipped or a file
             f"{name}: no such table file (a layout is a shipped name, `bertconv layouts` lists "
             "them, or the path to a table file)"
         ) from None
-    return str(path.resolve()), state.st_mtime_ns, state.st_size
 
 
 @cache
@@ -246,13 +267,25 @@ def recorded_as(name: str) -> str:
 
 def table_bytes(name: str) -> bytes:
     """A table file's bytes, as a conversion copies and records them (TABLE_KEY)."""
-    from .files import open_regular
-
-    with open_regular(Path(name).expanduser()) as f:
-        data = f.read(TABLE_LIMIT + 1)
-    if len(data) > TABLE_LIMIT:
+    found = _file_at(Path(name).expanduser())
+    if len(found.data) > TABLE_LIMIT:
         raise TableError(f"{name}: larger than {TABLE_LIMIT >> 10} KB; not a mapping table")
-    return data
+    return found.data
+
+
+def _file_at(path: Path) -> TableFile:
+    """The table file at `path`, as read once (where it is not there, its reader says so)."""
+    try:
+        return _file(_state(path))
+    except OSError:
+        return _file((str(path), 0, 0))
+
+
+def _state(path: Path) -> tuple[str, int, int]:
+    """What identifies a table file: its path, when it was written, its size (OSError where it
+    is not there)."""
+    state = path.stat()
+    return str(path.resolve()), state.st_mtime_ns, state.st_size
 
 
 def digest(data: bytes) -> str:
@@ -295,17 +328,10 @@ def recorded_table(
 
 def read_table(path: Path, model_type: str = "bert") -> dict:
     """Parse a table and hold it to the schema: errors name the file, the row and its line."""
-    from .files import open_regular
-
-    with open_regular(path) as f:
-        raw = f.read(TABLE_LIMIT + 1)
-    if len(raw) > TABLE_LIMIT:
-        raise TableError(f"{path}: larger than {TABLE_LIMIT >> 10} KB; not a mapping table")
-    try:
-        text = raw.decode("utf-8")
-        table = tomllib.loads(text)
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
-        raise TableError(f"{path}: not a TOML table ({e or type(e).__name__})") from None
+    found = _file_at(path)
+    if found.toml is None:
+        raise TableError(f"{path}: {found.error}")
+    table, text = found.toml, found.data.decode("utf-8")
     problems = _schema_problems(table) or _holding_problems(table)
     problems = problems or _content_problems(table, model_type)
     if problems:

@@ -18,7 +18,7 @@ from .api import Source, build, official, resolve
 from .batches import RANDOM, Batch, inputs, left_padded, pattern, positions, tokenizer
 from .checkpoint import Checkpoint, read_checkpoint
 from .convert import FITTING, Reading, convert_reading
-from .errors import CheckpointError, UsageError
+from .errors import UsageError
 from .mapping import layout
 from .outputs import (
     FLOAT32_MAX_ABS,
@@ -27,18 +27,15 @@ from .outputs import (
     Note,
     Output,
     Runner,
-    cast_order,
     heads,
-    key,
     layer,
-    looked_up,
     no_tf32,
     truth,
 )
 from .reference import (
+    Reference,
     implements,
     imported,
-    reference_model,
     sentence_embeddings,
     sentence_transformers,
 )
@@ -54,10 +51,6 @@ from .yours.sentence_steps import diagnosed
 FULL_FLOAT32_MAX_ABS = 1e-4
 LOW_PRECISION_FACTOR = 2.0
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-# config.json fields transformers acts on that leave BERT's arithmetic as it is (bertconv's model
-# has no use for them), named where transformers fails on them
-ACTED_ON = ("chunk_size_feed_forward",)
 
 
 @dataclass
@@ -145,6 +138,7 @@ def verify(
 
 def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> tuple:
     """verify, once: its report, and its weights files' identities as found before reading."""
+    unpatch()  # torch as shipped: a model's module imported by an earlier command of the process
     # a directory written in your table (convert --to TABLE) is in the one --layout names too
     ckpt = read_checkpoint(src.path, from_layout, src.weights, offered=(model_layout,))
     implements(imported(), ckpt.config)
@@ -153,59 +147,73 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
         sentence_transformers()  # needed for its row: said before any work
     nonfinite = storage.nonfinite(ckpt.state_dict)
     reading = official(ckpt)  # handed on to every model below, and to the diagnosis
+    words = tokenizer(src.path)  # verify's text batch and the sentence row read it
+    if pipeline is not None and not pipeline.refused and words is not None:
+        # sentence-transformers' embeddings for its row first: its model let go before
+        # verify's models are built (sentence_embeddings keeps them for the row)
+        texts = sentence.texts(pipeline, positions(ckpt.config))
+        sentence_embeddings(ckpt, reading, texts, {torch.float32, DTYPES[dtype]}, dev)
     arch = reading.table.architecture
     choices = arch.implementation(reading.model_class) == "BertForMultipleChoice"
-    batches = inputs(src.path, ckpt.config, choices)
-    runs = {id(b): _run_in(b, DTYPES[dtype]) for b in batches}
-    # RoBERTa's positions follow the padding: a from-scratch BERT's, left-padded, do not
-    after_pad = ckpt.config.positions_after_pad
-    random = next(b for b in batches if b.kind == RANDOM)
-    left = Batch(RANDOM, left_padded(random.tensors)) if after_pad and model is not None else None
-    # float32 for every batch: a batch run in float64 is run in float32 too (_in_float32_too)
-    wanted = [(b, {runs[id(b)], truth(runs[id(b)]), torch.float32}) for b in batches]
-    computed = _reference(ckpt, reading, wanted + [(left, {torch.float32})] * bool(left), dev)
-    ours, name = _ours(ckpt, reading, model, model_layout)
+    every = inputs(ckpt.config, words, src.path, choices)
+    run_in = DTYPES[dtype]
+    # the twin of the batch of every position is the float32 check (_in_float32_too)
+    checked = [b.full and b.again and run_in == torch.float32 for b in every]
+    batches = [b for b, c in zip(every, checked, strict=True) if not c]
+    twins = [b for b, c in zip(every, checked, strict=True) if c]
+    read = {}  # the weights bertconv's model and transformers' share (both only read them)
+    ours, name = _ours(ckpt, reading, model, model_layout, read)
+    reference = Reference(ckpt, reading, dev, read=read)
+    ours.reference_seeded(reference)
     if pipeline is not None and not pipeline.refused:
         ours.sentence_width = sentence.width(pipeline, ckpt.config.hidden_size)
         ours.hold(pipeline)
     prepared = [ours.prepare(b.tensors) for b in batches]
-    kinds = list(dict.fromkeys(b.kind for b in batches))
-    longest = max(b.longest for b in batches)
+    again = [ours.prepare(b.tensors) for b in twins]
+    # RoBERTa's positions follow the padding: a from-scratch BERT's, left-padded, do not
+    random = next(b for b in batches if b.kind == RANDOM)
+    after_pad = ckpt.config.positions_after_pad and model is not None
+    left = [ours.prepare(left_padded(random.tensors))] if after_pad else []
+    reference.compute(
+        [(b, t) for b in prepared for t in dict.fromkeys((torch.float32, run_in))]
+        + [(b, torch.float32) for b in again + left]
+    )
+    kinds = list(dict.fromkeys(b.kind for b in every))
+    longest = max(b.longest for b in every)
     report = Report(src.name, name, str(dev), dtype, kinds, longest, nonfinite=nonfinite)
-    both = _compared(report, ours, computed, prepared, [runs[id(b)] for b in batches], dev)
+    got, in_float32 = _runs(ours, reference, batches, prepared, run_in, dev)
+    both = _compared(report, got, reference, prepared, ours.dtypes)
     kinds64 = (b.kind for b, t in zip(batches, ours.dtypes, strict=True) if t == torch.float64)
     report.in_float64 = list(dict.fromkeys(kinds64))
     rows = zip(both, report.rows, strict=True)
     failing = next((output for output, row in rows if not row.passed), None)
     taken_apart = False  # the diagnosis, where what the model computes differs (not only returns)
+    order = prepared  # the batches the diagnosis takes apart, the first that shows it first
     if failing and dtype == "float32":
-        ours.notes += _batches_differing(failing, ours, computed, prepared, batches)
+        differs = _differing(failing, ours, reference, prepared)
+        ours.notes += _said(failing, batches, differs)
         ours.notes += ours.what_head_reads(failing, prepared[0])
-        expected_each = _each(computed, ours, prepared, failing)
+        expected_each = [reference.outputs(b, truth(t))[failing] for b, t in
+                         zip(prepared, ours.dtypes, strict=True)]  # fmt: skip
         taken_apart = not nonfinite and ours.differs_inside(failing, expected_each, FLOAT32_MAX_ABS)
+        order = _shortest_first(prepared, differs)
     # runs the model again: after what looks at the runs above
     with no_tf32():
-        again = _in_float32_too(ours, computed, prepared, both, report.rows, dev)
-    report.float32_full = again
-    if again is not None and not again.passed and failing is None:
-        ours.notes.append(
-            Note(
-                "in float32: your model computes the batch of every position otherwise in float32 "
-                "than in float64, where it agrees: half precision inside (autocast?) for long "
-                "sequences"
-            )
-        )
-    if left is not None:
-        ours.notes += ours.left_padded(computed, left, dev, FLOAT32_MAX_ABS, arch.model_type)
+        found = _in_float32_too(ours, reference, in_float32, again, both, report.rows, dev)
+    report.float32_full, why = found
+    if why is not None and failing is None:
+        ours.notes.append(why)
+    if left:
+        ours.notes += ours.left_padded(reference, left[0], dev, FLOAT32_MAX_ABS, arch.model_type)
     report.notes = [str(note) for note in ours.notes]
     if taken_apart:
-        report.diagnosis = ours.diagnose(failing, prepared, ckpt)
+        report.diagnosis = ours.diagnose(failing, order, ckpt)
     if pipeline is not None:
-        _sentence_row(report, pipeline, ckpt, reading, ours, dev)
+        _sentence_row(report, pipeline, ckpt, reading, ours, dev, words)
     return report, ckpt.seen
 
 
-def _sentence_row(report: Report, pipeline, ckpt: Checkpoint, reading, ours: Runner, dev) -> None:
+def _sentence_row(report: Report, pipeline, ckpt, reading, ours: Runner, dev, words) -> None:
     """The `sentence embedding` row of a sentence-transformers directory: the model's last
     hidden state through the directory's pipeline (pooling, Dense, Normalize), on texts of
     several lengths and one past the truncation length, against
@@ -213,7 +221,6 @@ def _sentence_row(report: Report, pipeline, ckpt: Checkpoint, reading, ours: Run
     if pipeline.refused:
         report.notes.append(f"sentence embedding not compared: {pipeline.refused}")
         return
-    words = tokenizer(ckpt.path)
     if words is None:
         report.notes.append(
             "sentence embedding not compared: the directory has no tokenizer (tokenizer.json "
@@ -262,26 +269,73 @@ def _embedded(ours: Runner, pipeline, batches: list, prompt_length: int, dtype, 
     return sentence.embed(pipeline, tokens, mask, prompt_length), None
 
 
-def _ours(ckpt: Checkpoint, reading: Reading, model: str | None, model_layout) -> tuple:
-    """The model compared, and its name: bertconv's holding the checkpoint, or the user's."""
+def _ours(ckpt: Checkpoint, reading: Reading, model: str | None, model_layout, read) -> tuple:
+    """The model compared, and its name: bertconv's holding the checkpoint (its tensors, once
+    read, in `read`), or the user's."""
     if model is not None:
         return yours(ckpt, reading, model, model_layout), model
     bertconv = layout("bertconv", ckpt.config)
     conversion = convert_reading(reading, ckpt.config, bertconv, FITTING)
     arch = reading.table.architecture
-    ours = Ours(build(conversion, ckpt.config), heads(conversion.model_class, arch))
+    model = build(conversion, ckpt.config, read=read)
+    ours = Bertconv(model, heads(conversion.model_class, arch))
     return ours, conversion.model_class
 
 
-def _compared(report: Report, ours: Runner, computed, prepared: list, dtypes: list, dev) -> list:
-    """The model run on every batch, each in its dtype, and a row for every output both models
-    have (a user's model may have no pooler; a hidden state it never computes, its anchors
-    unused in every batch, is a row that fails): the outputs, in the rows' order."""
+def _runs(ours: Runner, reference, batches: list[Batch], prepared: list, dtype, dev) -> tuple:
+    """The model run on every batch in `dtype`: its outputs, all batches' together, and those of
+    each batch it ran again in float64 as they were in float32 ({index: (batch, outputs)}). A
+    batch of every position whose outputs differ beyond the tolerance in float32, where every
+    other batch agrees, is run again in float64 by both models and compared there: float32's own
+    rounding over hundreds of positions nears the tolerance (transformers' float32 against its
+    float64: 8e-6 on all-MiniLM-L6-v2 at 512 tokens), while the arithmetic it proves is the
+    same in either. Where float32 agrees, it is the proof: float64 could only excuse a
+    difference."""
     with no_tf32():
-        got = ours.run(prepared, dev, dtypes)
-        ours.reference_seeded(computed, prepared, dev)
-    expected = looked_up(computed, [truth(t) for t in ours.dtypes], prepared)
-    low = None if report.dtype == "float32" else looked_up(computed, ours.dtypes, prepared)
+        got = ours.run(prepared, dev, [dtype] * len(prepared))
+        wide = _rounding_only(ours, reference, batches, prepared) if dtype == torch.float32 else []
+        if not wide:
+            return got, {}
+        in_float32 = {i: (prepared[i], ours.per_batch[i]) for i in wide}
+        reference.compute([(prepared[i], torch.float64) for i in wide])
+        dtypes = [torch.float64 if i in wide else dtype for i in range(len(prepared))]
+        return ours.run(prepared, dev, dtypes), in_float32
+
+
+def _rounding_only(ours: Runner, reference, batches: list[Batch], prepared: list) -> list[int]:
+    """The batches of every position on which an output differs beyond the tolerance that
+    agrees on every other batch: float32's own rounding may be all it is."""
+    gaps = []
+    for tensors, got in zip(prepared, ours.per_batch, strict=True):
+        expected = reference.outputs(tensors, torch.float32)
+        gaps.append({k: _gap(got.get(k), v) for k, v in expected.items()})
+    wide = []
+    for i, batch in enumerate(batches):
+        others = [g for j, g in enumerate(gaps) if j != i]
+        alone = [
+            k
+            for k, gap in gaps[i].items()
+            if not gap <= FLOAT32_MAX_ABS and all(o.get(k, 0) <= FLOAT32_MAX_ABS for o in others)
+        ]
+        if batch.full and alone:
+            wide.append(i)
+    return wide
+
+
+def _gap(got, expected) -> float:
+    """The largest difference of two outputs; NaN where one is missing or of another shape."""
+    if got is None or got.shape != expected.shape:
+        return math.nan
+    return float((got - expected).abs().max()) if got.numel() else 0.0
+
+
+def _compared(report: Report, got: dict, reference, prepared: list, dtypes: list) -> list:
+    """A row for every output both models have (a user's model may have no pooler; a hidden
+    state it never computes, its anchors unused in every batch, is a row that fails), `got`
+    set against transformers' on the batches as each ran (`dtypes`): the outputs, in the
+    rows' order."""
+    expected = reference.looked_up(prepared, [truth(t) for t in dtypes])
+    low = None if report.dtype == "float32" else reference.looked_up(prepared, dtypes)
     got |= {k: torch.tensor(math.nan) for k in expected if k.hidden and k not in got}
     both = [k for k in expected if k in got]
     for k in both:
@@ -293,44 +347,51 @@ def _compared(report: Report, ours: Runner, computed, prepared: list, dtypes: li
     return both
 
 
-def _in_float32_too(ours: Runner, computed: dict, prepared: list, outputs, rows, device):
-    """The batches run in float64, run again in float32 and set against transformers' float32,
-    within FULL_FLOAT32_MAX_ABS: what float64 sidesteps (bf16 autocast, a path taken in float32
-    alone) fails here. The hidden states and the pooler whose rows passed; None where none
-    ran in float64."""
-    at = [b for b, t in zip(prepared, ours.dtypes, strict=True) if t == torch.float64]
+def _in_float32_too(ours: Runner, reference, in_float32: dict, again: list, outputs, rows, dev):
+    """The float32 check of the batch of every position, within FULL_FLOAT32_MAX_ABS of
+    transformers' float32: its twin run in float32 (what a model keeps of the batch of that
+    shape before it fails there), and where it was compared in float64, its own float32 run
+    (`in_float32`: what float64 sidesteps, bf16 autocast or a path taken in float32 alone,
+    fails there). The hidden states and the pooler whose rows passed. (None, None) where there
+    is no such batch; else the comparison, and where it fails, a note saying which did."""
     passed = [k for k, row in zip(outputs, rows, strict=True) if row.passed]
     keys = [k for k in passed if k.hidden or k == POOLER]
-    if not at or not keys:
-        return None
-    got = ours.run(at, device, [torch.float32] * len(at))
-    expected = looked_up(computed, [torch.float32] * len(at), at)
-    diffs = [(got[k] - expected[k]).abs().flatten() for k in keys if k in got]
-    diff = torch.cat(diffs) if diffs else torch.tensor([math.nan])
-    name = "in float32"  # the batches of every position
-    return Comparison(name, diff.max().item(), diff.mean().item(), FULL_FLOAT32_MAX_ABS)
+    if not again or not keys:
+        return None, None
+    ours.run(again, dev, [torch.float32] * len(again))
+    runs = {"twin": list(zip(again, ours.per_batch, strict=True)), "wide": in_float32.values()}
+    gaps = {
+        what: [_gap(got.get(k), reference.outputs(b, torch.float32)[k]) for b, got in pairs
+               for k in keys]
+        for what, pairs in runs.items()
+    }  # fmt: skip
+    every = [g for found in gaps.values() for g in found]
+    found = Comparison(
+        "in float32",
+        max(every, key=lambda g: math.inf if g != g else g),  # NaN first: it never passes
+        sum(g for g in every if g == g) / len(every),
+        FULL_FLOAT32_MAX_ABS,
+    )
+    if found.passed:
+        return found, None
+    if any(not g <= FULL_FLOAT32_MAX_ABS for g in gaps["wide"]):
+        return found, Note(
+            "in float32: your model computes the batch of every position otherwise in float32 "
+            "than in float64, where it agrees: half precision inside (autocast?) for long "
+            "sequences"
+        )
+    return found, Note(
+        "in float32: your model computes the batch of every position right, and wrong when it "
+        "comes again of that shape padded otherwise: it keeps something of an earlier batch of "
+        "that shape (a mask cached by its shape?)"
+    )
 
 
-def _run_in(batch: Batch, dtype: torch.dtype) -> torch.dtype:
-    """The dtype `batch` is compared in: `dtype`, but float64 for a batch of the full length
-    where float32 is compared: float32's own rounding over every position of a real checkpoint
-    reaches the tolerance (transformers' float32 against its float64: 8e-6 on all-MiniLM-L6-v2
-    at 512 tokens), while the arithmetic it proves is the same in either."""
-    return torch.float64 if batch.full and dtype == torch.float32 else dtype
-
-
-def _each(computed: dict, ours: Runner, prepared: list, output: Output) -> list:
-    """transformers' `output` on each batch, against what the model ran in there."""
-    dtypes = [truth(t) for t in ours.dtypes]
-    return [looked_up(computed, [t], [b])[output] for t, b in zip(dtypes, prepared, strict=True)]
-
-
-def _batches_differing(output: Output, ours: "Ours", computed: dict, prepared, batches):
-    """A note where what the batches `output` fails on have in common says more than the row: a
-    shape right the first time and wrong when it comes again padded otherwise, or a length."""
+def _differing(output: Output, ours: Runner, reference, prepared: list) -> list[bool]:
+    """Whether `output` differs on each batch, as the model ran it."""
     differs = []
     for tensors, got, t in zip(prepared, ours.per_batch, ours.dtypes, strict=True):
-        expected = looked_up(computed, [t], [tensors]).get(output)
+        expected = reference.outputs(tensors, truth(t)).get(output)
         value = got.get(output)
         close = (
             value is not None
@@ -339,44 +400,26 @@ def _batches_differing(output: Output, ours: "Ours", computed: dict, prepared, b
             and (value - expected).abs().max() <= FLOAT32_MAX_ABS
         )
         differs.append(not close)
+    return differs
+
+
+def _said(output: Output, batches: list[Batch], differs: list[bool]) -> list[Note]:
+    """A note where what the batches `output` fails on have in common says more than the row: a
+    shape right the first time and wrong when it comes again padded otherwise, or a length."""
     said = pattern(batches, differs)
     return [Note(f"{output}: {said}")] if said else []
 
 
-def _reference(ckpt, reading: Reading, wanted: list, device) -> dict[tuple, dict]:
-    """transformers' outputs, with torch as shipped: before the user's module is imported (no
-    patch of its reaches them), on each batch of `wanted` ([(Batch, its dtypes)]), in every form
-    a model may read it (Harness.prepare: its token types or zeros; its mask, or the pad id at
-    the padding)."""
-    unpatch()  # a model's module imported before, in this process
-    pad, vocab, arch = ckpt.config.pad_token_id, ckpt.config.vocab_size, reading.table.architecture
-    theirs = Ours(reference_model(ckpt, reading), heads(reading.model_class, arch))
-    given = [("input_ids", t, m) for t in ("", "token_type_ids") for m in ("", "attention_mask")]
-    forms = [Harness(None, "", Plan({n: n for n in g if n}), pad, vocab) for g in given]
-    runs = {}
-    for batch, dtypes in wanted:
-        for prepared in (form.prepare(batch.tensors) for form in forms):
-            runs.setdefault(key(prepared), (prepared, set()))[1].update(dtypes)
-    order = sorted({t for _, ts in runs.values() for t in ts}, key=cast_order)
-    with no_tf32():
-        try:
-            return {
-                (t, k): theirs.run([b], device, [t])
-                for t in order
-                for k, (b, ts) in runs.items()
-                if t in ts
-            }
-        except Exception as e:  # transformers' own forward, on what config.json asks of it
-            reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
-            asked = [f"{k}={v!r}" for k, v in ckpt.config_dict.items() if k in ACTED_ON and v]
-            fields = f" (config.json's {', '.join(asked)})" if asked else ""
-            raise CheckpointError(
-                f"{ckpt.path}: transformers cannot compute it on verify's batches{fields}: {reason}"
-            ) from None
+def _shortest_first(prepared: list, differs: list[bool]) -> list:
+    """The batches in the order the diagnosis takes them: those the output differs on, the
+    shortest first (the cheapest to take apart), then the others."""
+    size = [b["input_ids"].numel() for b in prepared]
+    order = sorted(range(len(prepared)), key=lambda i: (not differs[i], size[i]))
+    return [prepared[i] for i in order]
 
 
-class Ours(Runner):
-    """bertconv's model (or transformers', for the reference)."""
+class Bertconv(Runner):
+    """bertconv's own model, as verify runs it."""
 
     def diagnose(self, row: Output, batches, ckpt: Checkpoint) -> Diagnosis | None:
         """bertconv's own model, taken apart like a user's: traced, read through its table."""

@@ -119,8 +119,8 @@ def computing(monkeypatch):
     build = bertconv.verify.build
 
     def swap(activation) -> None:
-        def built(*args):
-            model = build(*args)
+        def built(*args, **kwargs):
+            model = build(*args, **kwargs)
             for layer in model.encoder.layer:
                 layer.intermediate.act = activation
             return model

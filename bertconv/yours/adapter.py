@@ -12,7 +12,7 @@ import torch
 
 from .. import storage
 from ..api import build
-from ..batches import RANDOM_LENGTH, SEED, Batch, positions, random_batch
+from ..batches import RANDOM_LENGTH, SEED, positions, random_batch
 from ..checkpoint import Checkpoint
 from ..config import BertConfig
 from ..convert import Reading, Selection, convert_reading
@@ -35,16 +35,12 @@ from ..outputs import (
     Note,
     Output,
     Runner,
-    cast_order,
     exact,
     heads,
-    key,
     layer,
-    looked_up,
     no_tf32,
-    truth,
 )
-from ..reference import reference_model
+from ..reference import Reference
 from ..sentence import dense_weights
 from ..tables import BERT_HOLDING, Holding, holding_of
 from .diagnose import Diagnosis, diagnose
@@ -238,24 +234,16 @@ class Yours(Runner):
                 )
             held[name].data = tensor.to(held[name].dtype).contiguous()
 
-    def reference_seeded(self, computed: dict, batches: list, device) -> None:
+    def reference_seeded(self, reference) -> None:
         """transformers' outputs of the heads given seeded weights (the checkpoint has none of
-        them), into `computed` beside the rest, for each batch in the dtypes it ran in and is
-        compared against: its class for the groups the model has, holding the checkpoint's
-        tensors and the seeded ones, run with torch as shipped (after the model's import: which
-        heads it has is known only then)."""
+        them), beside `reference`'s: its class for the groups the model has, holding the
+        checkpoint's tensors and the seeded ones (which heads the model has is known only once
+        it is built)."""
         if not self.seeded:
             return
-        rows = {h.output for h in self.heads if h.output.kind in self.seeded}
-        wanted = [(b, {t, truth(t)}) for b, t in zip(batches, self.dtypes, strict=True)]
-        with shipped():
-            model = reference_model(self.ckpt, self.seeded_reading, from_file=False)
-            theirs = Runner(model, self.heads)
-            for t in sorted(set().union(*(ts for _, ts in wanted)), key=cast_order):
-                for batch in (b for b, ts in wanted if t in ts):
-                    out, _ = theirs.run_one(batch, device, t)
-                    at = (t, key(batch))
-                    computed[at] = computed[at] | {k: v for k, v in out.items() if k in rows}
+        rows = frozenset(h.output for h in self.heads if h.output.kind in self.seeded)
+        seeded = Reference(self.ckpt, self.seeded_reading, reference.device, from_file=False)
+        reference.seeded = (seeded, rows)
 
     def what_head_reads(self, row: Output, batch: dict) -> list[Note]:
         """Where a head's row fails: what the head reads, by the trace, where that is not what
@@ -302,7 +290,7 @@ class Yours(Runner):
         return self.harness.prepare(batch)
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
-        run = self.harness.run(batch)
+        run = self.harness.run(batch, keep=set().union(*self.anchors.values()))
         named, unused = outputs_of(run, self.anchors, self.heads)
         if note := misread_pooler(run, self.anchors, named):
             named[POOLER] = torch.full((len(batch["input_ids"]), named[POOLER].shape[-1]), math.nan)
@@ -376,15 +364,15 @@ class Yours(Runner):
             if got  # a batch it ran, not one it raised on
         )
 
-    def left_padded(self, computed: dict, batch: Batch, device, limit: float, kind: str) -> list:
-        """A note (never a failure) where the model differs on a left-padded batch (transformers'
-        outputs on it in `computed`, a checkpoint of type `kind`): the verdict comes from
-        right-padded ones. The cause is said only where recomputed: bertconv's BERT, holding
-        the same weights and numbering positions from 0, computes what the model computes."""
-        prepared = self.prepare(batch.tensors)
+    def left_padded(self, reference, prepared: dict, device, limit: float, kind: str) -> list:
+        """A note (never a failure) where the model differs on a left-padded batch (`prepared`:
+        as the model reads it) from `reference`, on a checkpoint of type `kind`: the verdict
+        comes from right-padded ones. The cause is said only where recomputed: bertconv's BERT,
+        holding the same weights and numbering positions from 0, computes what the model
+        computes."""
         with no_tf32():
             got = self.run([prepared], device, [torch.float32])
-        expected = looked_up(computed, [torch.float32], [prepared])
+        expected = reference.outputs(prepared, torch.float32)
         hidden = [k for k in expected if k.hidden and k in got]
         gaps = {k: float((got[k] - expected[k]).abs().max()) for k in hidden}
         worst = max(gaps, key=gaps.get, default=None)  # the first of equals
@@ -416,15 +404,15 @@ class Yours(Runner):
 
 
 def diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnosis | None:
-    """Where and why `row` differs, on the batch that shows a step differing (random ids, padded
-    and of both token types, first), each step recomputed by `bert` (bertconv's model holding
-    the checkpoint's weights); in float32 on the CPU. A batch of every position the model
-    raises on is passed over (the others say)."""
+    """Where and why `row` differs, on the first of `batches` that shows a step differing (verify
+    gives the shortest it differs on first), each step recomputed by `bert` (bertconv's model
+    holding the checkpoint's weights); in float32 on the CPU. A batch of every position the
+    model raises on is passed over (the others say)."""
     harness.model.to("cpu", torch.float32)
     bert.to("cpu", torch.float32)
     found_anchors = anchors(table, bert.config, {"pooler"})
     found = None
-    for batch in reversed(list(batches)):
+    for batch in batches:
         if batch["input_ids"].dim() != 2:  # multiple choice: not taken apart
             return None
         try:

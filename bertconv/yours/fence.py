@@ -39,6 +39,8 @@ def import_factory(spec: str) -> Callable:
     unpatch()
     spaces = _torch_namespaces()
     before = _attributes(spaces)
+    if not SHIPPED:
+        SHIPPED.update(before)
     with guarded(spec, f"importing {where}"), _importing(root, str(path)):
         if module_name != where:
             module = _exec_file(module_name, path)
@@ -63,6 +65,10 @@ MISSING = object()
 # effect now: {(namespace, attribute): (the namespace, torch's own value or MISSING, the module's)}.
 PATCHES: dict[str, dict[tuple[str, str], tuple]] = {}
 APPLIED: dict[tuple[str, str], tuple] = {}
+# torch's attributes before the first model's module was imported: what differs from them
+# later, that no import recorded (a forward that patches torch as it runs), is put back too
+# while bertconv computes (`shipped`).
+SHIPPED: dict[tuple[str, str], object] = {}
 
 
 def _torch_namespaces() -> dict[str, object]:
@@ -107,12 +113,20 @@ def unpatch() -> None:
 
 @contextmanager
 def shipped():
-    """torch as shipped while it runs (bertconv's own arithmetic), then as the model left it."""
+    """torch as shipped while it runs (bertconv's own arithmetic, transformers'), then as the
+    models left it: what their modules' imports changed, and what their forwards did."""
     applied = dict(APPLIED)
     unpatch()
+    spaces = _torch_namespaces()
+    now = {k: v for k, v in _attributes(spaces).items() if k in SHIPPED}
+    later = {k: (spaces[k[0]], SHIPPED[k], v) for k, v in now.items() if v is not SHIPPED[k]}
+    for (_, attribute), (space, before, _) in later.items():
+        _set(space, attribute, before)
     try:
         yield
     finally:
+        for (_, attribute), (space, _, after) in later.items():
+            _set(space, attribute, after)
         _apply(applied)
 
 

@@ -13,6 +13,7 @@ that no two tensors share an id while it lives. A value a later in-place call (`
 `masked_fill_`) would change is copied before that call, so each call keeps what it returned.
 """
 
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from ..outputs import written_into
+
 # Attribute reads that are views of a tensor (the rest, `.shape`, `.device`, ..., are metadata).
 VIEW_ATTRIBUTES = {"T", "mT", "H", "mH", "data"}
 # Calls that answer a question about a tensor rather than compute one.
@@ -28,9 +31,6 @@ METADATA = {"size", "dim", "numel", "stride", "is_floating_point", "is_contiguou
             "element_size", "__len__", "__bool__", "item", "tolist", "__format__", "__repr__",
             "is_complex", "nelement", "ndimension", "storage_offset", "untyped_storage",
             "get_device", "__hash__"}  # fmt: skip
-# In-place calls that do not end with an underscore.
-IN_PLACE = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__",
-            "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__"}  # fmt: skip
 DEPTH = 4  # how deep outputs and arguments are searched for tensors (nested tuples, dicts)
 
 
@@ -64,7 +64,9 @@ class Call:
 class Trace(TorchFunctionMode):
     """Records the calls of a forward of `model` on `inputs` ({our name: tensor})."""
 
-    def __init__(self, model: nn.Module, inputs: dict[str, torch.Tensor]):
+    def __init__(
+        self, model: nn.Module, inputs: dict[str, torch.Tensor], keep: set[str] | None = None
+    ):
         super().__init__()
         self.model, self.inputs = model, inputs
         self.calls: list[Call] = []
@@ -74,6 +76,15 @@ class Trace(TorchFunctionMode):
         self._sources = {id(t): frozenset({name}) for name, t in self.inputs.items()}
         self._producer: dict[int, int] = {}
         self._keep: list = list(self.inputs.values())
+        # `keep`: the weights whose calls are read once the forward is done (verify's anchors).
+        # Those calls keep their tensors, and so does a call of no weight on one of them alone
+        # (an activation after the pooler); every other call keeps its place in the graph but
+        # lets its tensors go as the forward goes (a forward of every position holds no
+        # attention map), each id forgotten when its tensor goes, so that none is taken for
+        # another. None: every call keeps its tensors (the diagnosis reads them all).
+        self.keep = keep
+        self._kept: set[int] = set()
+        self._watched: set[int] = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -124,16 +135,9 @@ class Trace(TorchFunctionMode):
 
     def _before_in_place(self, name: str, args: tuple, kwargs: dict) -> None:
         """Keep, for the call that made it, a copy of what an in-place call is about to change."""
-        if not (
-            name in IN_PLACE
-            or (name.endswith("_") and not name.endswith("__"))
-            or kwargs.get("inplace") is True
-            or "out" in kwargs
-        ):
-            return
-        target = kwargs.get("out", args[0] if args else None)
+        target = written_into(name, args, kwargs)
         for t in (target, getattr(target, "_base", None)):
-            if isinstance(t, torch.Tensor) and id(t) in self._producer:
+            if isinstance(t, torch.Tensor) and self._producer.get(id(t)) in self._kept:
                 made = self.calls[self._producer[id(t)]]
                 made.output = _replace(made.output, t, t.detach().clone())
 
@@ -151,16 +155,46 @@ class Trace(TorchFunctionMode):
                 steps = used[0][1].steps + (step,) if len(params) == 1 else (step,)
                 for t in outputs:
                     self._origin[id(t)] = Origin(params, steps)
-                    self._keep.append(t)
+                    self._hold(t)
             return
         producers = [self._producer.get(id(t)) for t in inputs]
         call = Call(len(self.calls), name, args, kwargs, inputs, producers, used, out)
         self.calls.append(call)
-        self._keep += inputs
+        for t in inputs:
+            self._hold(t)
         for t in tensors_in(out):
             self._sources[id(t)] = sources
             self._producer[id(t)] = call.index
+            self._hold(t)
+        if self.keep is None or self._read_later(call):
+            self._kept.add(call.index)
+        else:
+            call.args, call.kwargs, call.inputs, call.output = (), {}, [], None
+
+    def _read_later(self, call: Call) -> bool:
+        """Does `call` keep its tensors in a trace that keeps some (`keep`)?"""
+        if call.param_names & self.keep:
+            return True
+        made = [p for p in call.producers if p is not None]
+        return not call.params and len(made) == 1 and made[0] in self._kept
+
+    def _hold(self, t: torch.Tensor) -> None:
+        """Keep `t` alive while the trace lives, or (`keep`) forget its id when it goes (the
+        model's weights outlive the trace: their ids are never another's meanwhile)."""
+        if self.keep is None:
             self._keep.append(t)
+        elif id(t) not in self._watched and id(t) not in self.names:
+            self._watched.add(id(t))
+            weakref.finalize(t, _forget, weakref.ref(self), id(t))
+
+
+def _forget(trace: "weakref.ref[Trace]", tensor_id: int) -> None:
+    """A tensor of a trace that keeps some gone: its id no longer stands for it (the trace
+    held weakly, so that the tensors it watches never keep it and its model alive)."""
+    if (found := trace()) is not None:
+        found._watched.discard(tensor_id)
+        for held in (found._origin, found._sources, found._producer):
+            held.pop(tensor_id, None)
 
 
 def _name(func) -> str | None:
