@@ -145,7 +145,7 @@ def convert_checkpoint(
     keeping the groups `heads` says (convert.Selection). Conversions into the same `out` at
     once take turns."""
     selection = Selection.of(heads)
-    with files.Output(out, WRITTEN, record.strangers) as output:
+    with files.OutputDir(out, WRITTEN, record.strangers) as output, storage.reading():
         return _convert_into(src, output, to_layout, from_layout, selection)
 
 
@@ -165,16 +165,17 @@ def fetch(
     check_convertible(None, to_layout, model_id)  # before anything is downloaded
     selection = Selection.of(heads)
     remote = hub.locate(model_id, revision)
-    with files.Output(out, WRITTEN, record.strangers) as output:
+    with files.OutputDir(out, WRITTEN, record.strangers) as output:
         if up_to_date(out, model_id, remote.commit, to_layout, selection):
             return remote, None
         output.check_replaceable()  # before the download
         src = fetch_source(remote, say)
-        return remote, _convert_into(src, output, to_layout, None, selection)
+        with storage.reading():  # each file opened once
+            return remote, _convert_into(src, output, to_layout, None, selection)
 
 
 def _convert_into(
-    src: Source, output: files.Output, to_layout, from_layout, selection: Selection
+    src: Source, output: files.OutputDir, to_layout, from_layout, selection: Selection
 ) -> Converted:
     ckpt = read_checkpoint(src.path, from_layout, src.weights)
     carried = _carried(src, output)
@@ -209,7 +210,7 @@ def _convert_into(
     return Converted(ckpt, result, output.commit(), found)
 
 
-def _carried(src: Source, output: files.Output) -> list[str]:
+def _carried(src: Source, output: files.OutputDir) -> list[str]:
     """The sentence-transformers files of `src` (modules.json, its modules' folders), carried
     into the output as they are; the output then replaces them, and an earlier result's files
     in its module folders that this one does not write, where bertconv wrote them (record.py).
@@ -225,7 +226,7 @@ def _carried(src: Source, output: files.Output) -> list[str]:
     return carried
 
 
-def _table_beside(output: files.Output, to_layout: str) -> dict[str, str]:
+def _table_beside(output: files.OutputDir, to_layout: str) -> dict[str, str]:
     """A table of yours, copied beside the weights written in it (unless it lies there already)
     and its digest recorded: the directory then reads back without naming it. An earlier
     result's table there, one bertconv copied, goes with that result."""
@@ -254,7 +255,7 @@ def _held_as_bert(ckpt: Checkpoint, to_layout: str) -> bool:
     return to_layout not in layout_names(kind) and ckpt.architecture.bert is not None
 
 
-def _check_form(form: str, to_layout: str, output: files.Output) -> None:
+def _check_form(form: str, to_layout: str, output: files.OutputDir) -> None:
     """bertconv writes a layout's files in the form its table says, where that form is written
     (not read only), and into a directory where they read back as written: one holding no file
     read before them or in their place (formats.py's in_the_way); checked before anything is
@@ -265,7 +266,7 @@ def _check_form(form: str, to_layout: str, output: files.Output) -> None:
             f"--to {to_layout}: bertconv reads {written.marks[0]} files but does not write them; "
             "write google-tf (TensorFlow's own checkpoint format) instead"
         )
-    # what an earlier conversion wrote is replaced (files.Output), and nothing else bertconv
+    # what an earlier conversion wrote is replaced (files.OutputDir), and nothing else bertconv
     # would replace is there (check_replaceable): never in the way
     others = [name for name in written.in_the_way(output.path) if name not in WRITTEN]
     if others:
@@ -318,10 +319,11 @@ def load(
     src = resolve(source, revision)
 
     def read():
-        ckpt = read_checkpoint(src.path, canonical(layout), src.weights)
-        ours = mapping.layout("bertconv", ckpt.config)
-        conversion = convert_reading(official(ckpt), ckpt.config, ours, Selection.of(heads))
-        return build(conversion, ckpt.config, mmap), ckpt.seen
+        with storage.reading():  # each file opened once
+            ckpt = read_checkpoint(src.path, canonical(layout), src.weights)
+            ours = mapping.layout("bertconv", ckpt.config)
+            conversion = convert_reading(official(ckpt), ckpt.config, ours, Selection.of(heads))
+            return build(conversion, ckpt.config, mmap), ckpt.seen
 
     model = files.held_still(read, "read")  # a model of one version of each file
     model.sentences = _sentences(src.path, model.config)

@@ -1,9 +1,11 @@
 """The batches verify runs both models on: the checkpoint's own tokenizer on a few real sentences
 (where it ships one), random ids, and random ids of every position a sequence may have, each
-padded. Each shape is run twice, the second time with other right-padded lengths, so that a
-model that keeps something of one batch for the next of its shape (its mask, cached by shape)
-is caught. Every batch has a row count other than its length, so that a model's outputs read
-(tokens, batch, features) are told from (batch, tokens, features) by their shape alone."""
+padded. Each short shape is run twice, the second time with other right-padded lengths, so that
+a model that keeps something of one batch for the next of its shape (its mask, cached by
+shape) is caught; the batch of every position, the costliest, once (a cache kept by shape
+shows on the short twins). Every batch has a row count other than its length, so that a
+model's outputs read (tokens, batch, features) are told from (batch, tokens, features) by their
+shape alone."""
 
 import os
 from dataclasses import dataclass, replace
@@ -221,8 +223,8 @@ def inputs(
 ) -> list[Batch]:
     """The batches both models read: the checkpoint's own tokenizer `tok` (read from `path`) on
     TEXTS where it ships one, random ids, and random ids of the full length (a model right on
-    short sequences alone is caught), each followed by its twin of the same shape, padded
-    otherwise (`repadded`); for multiple choice, rows taken in twos as the choices of one
+    short sequences alone is caught), each short one followed by its twin of the same shape,
+    padded otherwise (`repadded`); for multiple choice, rows taken in twos as the choices of one
     item."""
     text = tokenizer_batch(tok, config, path)
     kinds = [Batch(TEXT, text)] if text is not None else []
@@ -232,9 +234,9 @@ def inputs(
         tensors = random_batch(config, full, FULL_ROWS, others=RANDOM_LENGTH)
         kinds.append(Batch(f"random ids of all {full} positions", tensors, full=True))
     batches = []
-    for b in kinds:
+    for b in kinds:  # the batch of every position has none: a shorter twin catches a cache
         twin = Batch(b.kind, repadded(b.tensors, config.pad_token_id), again=True, full=b.full)
-        batches += [b, twin]
+        batches += [b] if b.full else [b, twin]
     if choices:
         return [replace(b, tensors=_in_twos(b.tensors)) for b in batches]
     return batches

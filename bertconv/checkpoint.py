@@ -212,7 +212,7 @@ def tokenizer_files(directory: Path) -> Iterator[Path]:
 
 
 def write_checkpoint(
-    out: files.Output,
+    out: files.OutputDir,
     state_dict: dict,
     config_dict: dict,
     metadata: dict[str, str],

@@ -449,7 +449,7 @@ def verify(
     Inputs: text through the checkpoint's own tokenizer (padded, both token types), a batch of
     random ids, and random ids of every position the checkpoint has (where it alone differs in
     float32, compared in float64 by both models: float32's own rounding over so many positions
-    nears the tolerance); each shape twice, padded otherwise. Tolerance: in float32, max abs
+    nears the tolerance); each short shape twice, padded otherwise. Tolerance: in float32, max abs
     difference <= 1e-5 (TF32 off); in bfloat16 and float16, our error against
     transformers-in-float32 at most twice transformers' own error in that dtype. Exits 0 within
     tolerance, 1 otherwise. Needs the `verify` extra (transformers)."""
@@ -494,8 +494,8 @@ def format_report(report) -> str:
     head += f" {'their error':>13s}" if low else ""
     lines = [
         f"parity of {report.source} ({report.model_class}) on {report.device}, {report.dtype}; "
-        f"inputs: {', '.join(report.inputs)}, each shape twice, padded otherwise; sequences of "
-        f"up to {report.longest_sequence} tokens{_float64(report)}",
+        f"inputs: {', '.join(report.inputs)}, each short shape twice, padded otherwise; "
+        f"sequences of up to {report.longest_sequence} tokens{_float64(report)}",
         head + "  ok",
     ]
     for row in report.rows:

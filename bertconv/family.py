@@ -51,6 +51,18 @@ def holdings(config: BertConfig) -> list[Holding]:
     return [mine, BERT_HOLDING]
 
 
+def ways(config: BertConfig) -> list[Holding]:
+    """The ways a from-scratch model may hold a checkpoint read as `config`, in the order verify
+    and infer alike try them: under BERT's names as `holdings` says, then, for a type of BERT's
+    family, under the type's own names, its tensors as they are (a head BERT has no place for,
+    ELECTRA's discriminator; MPNet's bias, which no BERT holds; a port keeping transformers'
+    names)."""
+    found = holdings(config)
+    if catalog.of(config.model_type).bert is not None:
+        found.append(replace(own(config), names=config.model_type))
+    return found
+
+
 def held_config(config: BertConfig, holding: Holding) -> BertConfig:
     """`config` (a checkpoint's, of any type) as a model holding it so computes: BERT's
     arithmetic, its positions counted as `holding` says (from 0: RoBERTa's reserved rows left

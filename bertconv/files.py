@@ -4,7 +4,7 @@ Reading: checkpoints are published by people bertconv's users do not know, so on
 are opened (a FIFO would hang, /dev/zero would never end), JSON files have a size limit, and a
 name read from a file is never used as a path (`plain_name`).
 
-Writing: `Output` is an output directory being written. It is locked for the time of the writing
+Writing: `OutputDir` is an output directory being written. It is locked for the time of the writing
 (the lock is on the directory itself: no lock file anyone could plant or redirect), every file is
 staged under a name only bertconv uses and renamed into place at the end, and on any failure,
 Ctrl-C included, what bertconv created is removed again: staged files, and the directory itself
@@ -230,7 +230,7 @@ def diagnose(path: Path) -> str:
     return "It may be truncated or damaged: download it again."
 
 
-class Output:
+class OutputDir:
     """An output directory, for the time it is written (a context manager).
 
     On entry the directory is made if need be and locked: of two writers into it at once, the
@@ -255,7 +255,7 @@ class Output:
         self.protected: list[Path] = []  # what the command reads: never cleared, never replaced
         self.fd: int | None = None
 
-    def __enter__(self) -> "Output":
+    def __enter__(self) -> "OutputDir":
         try:
             self._lock()
             self._check_places()

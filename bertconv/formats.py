@@ -230,7 +230,7 @@ def _read_h5(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
     return h5weights.read_h5(path), {}
 
 
-def _write_safetensors(out: files.Output, tensors: dict, metadata: dict, progress) -> None:
+def _write_safetensors(out: files.OutputDir, tensors: dict, metadata: dict, progress) -> None:
     """With the record of what was written (record.py) in its metadata, and its own seal."""
     metadata = record.metadata(out, metadata)  # of the files staged before it
     path = out.stage(record.WEIGHTS)
@@ -238,7 +238,7 @@ def _write_safetensors(out: files.Output, tensors: dict, metadata: dict, progres
     record.seal(path)
 
 
-def _write_tf(out: files.Output, tensors: dict, metadata: dict, progress) -> None:
+def _write_tf(out: files.OutputDir, tensors: dict, metadata: dict, progress) -> None:
     """A bundle has no room for metadata: it is known by its file names, and what was written
     is recorded beside it (record.py's manifest)."""
     data = out.stage(tfbundle.data_file(Path(TF_PREFIX)).name)

@@ -126,7 +126,7 @@ class Table:
         """The layout's names for an official tensor (a row's, then tied copies'); () if none."""
         return tuple(h.name for h in self.holders.get(official, ()))
 
-    def held_as(self, official: str) -> tuple[str, ...]:
+    def model_names(self, official: str) -> tuple[str, ...]:
         """Every name a model in this layout may hold an official tensor under: names_for's, and,
         for a prefixed group's, those under the prefix (a task class holds its encoder there)."""
         names = self.names_for(official)

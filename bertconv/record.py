@@ -32,7 +32,7 @@ ENTRY = {"bytes", "crc32c"}  # a file's entry in a record: files.checksum's
 CHANGED = "changed since bertconv wrote it"
 
 
-def metadata(out: files.Output, given: dict[str, str]) -> dict[str, str]:
+def metadata(out: files.OutputDir, given: dict[str, str]) -> dict[str, str]:
     """The metadata `given`, for the model.safetensors about to be staged, with the record of
     the files staged before it and room for its seal (`seal`)."""
     return {SEAL_KEY: UNSEALED, **given, FILES_KEY: json.dumps(_staged(out), sort_keys=True)}
@@ -47,13 +47,13 @@ def seal(path: Path) -> None:
         f.write(digits.encode())
 
 
-def write_manifest(out: files.Output) -> None:
+def write_manifest(out: files.OutputDir) -> None:
     """Stage the record of every file staged so far (a TensorFlow checkpoint's)."""
     text = json.dumps(WRITTEN_BY | {"files": _staged(out)}, indent=2, sort_keys=True)
     out.stage(MANIFEST).write_text(text + "\n")
 
 
-def _staged(out: files.Output) -> dict[str, dict]:
+def _staged(out: files.OutputDir) -> dict[str, dict]:
     return {out.name(final): files.checksum(tmp) for tmp, final in out.staged}
 
 

@@ -218,20 +218,23 @@ def sentence_transformers():
 EMBEDDED: dict[tuple, dict] = {}
 
 
-def sentence_embeddings(ckpt: Checkpoint, reading: Reading, texts: list[str], dtypes, device):
-    """`SentenceTransformer(DIR).encode(texts)` in each of `dtypes` ({dtype: (N, D) on the CPU,
-    in float32}). DIR is the checkpoint's directory where it is in transformers' names; in any
-    other layout, transformers' model of the same reading saved under those names, with the
-    directory's tokenizer and sentence-transformers' files beside it, as verify builds
-    transformers' model for the layers."""
+def sentence_embeddings(ckpt: Checkpoint, reading: Reading, groups: list, dtypes, device):
+    """`SentenceTransformer(DIR).encode(texts)` of each group of texts in `groups`, a call each
+    (a batch as encode makes it: its padding, on the left, changes a BERT's positions), in each
+    of `dtypes` ({dtype: [(N, D) on the CPU, in float32, of each group]}). DIR is the
+    checkpoint's directory where it is in transformers' names; in any other layout,
+    transformers' model of the same reading saved under those names, with the directory's
+    tokenizer and sentence-transformers' files beside it, as verify builds transformers' model
+    for the layers."""
     from . import files
 
     found = sorted((str(p), files.identity(p)) for p in ckpt.path.rglob("*") if p.is_file())
-    key = (str(ckpt.path.resolve()), ckpt.layout, tuple(found), tuple(texts), str(device))
+    groups = tuple(tuple(texts) for texts in groups)
+    key = (str(ckpt.path.resolve()), ckpt.layout, tuple(found), groups, str(device))
     done = EMBEDDED.get(key, {})
     if not set(dtypes) <= set(done):
         with shipped():  # no patch of a user's module reaches sentence-transformers
-            new = _sentence_embeddings(ckpt, reading, texts, set(dtypes) - set(done), device)
+            new = _sentence_embeddings(ckpt, reading, groups, set(dtypes) - set(done), device)
         gc.collect()  # its model is let go of now, not at the next collection (it holds cycles)
         done = done | new
         EMBEDDED.clear()  # one directory kept: a large one's embeddings are small, its files not
@@ -239,7 +242,7 @@ def sentence_embeddings(ckpt: Checkpoint, reading: Reading, texts: list[str], dt
     return {t: done[t] for t in dtypes}
 
 
-def _sentence_embeddings(ckpt: Checkpoint, reading: Reading, texts: list[str], dtypes, device):
+def _sentence_embeddings(ckpt: Checkpoint, reading: Reading, groups: tuple, dtypes, device):
     import shutil
     import tempfile
 
@@ -263,7 +266,10 @@ def _sentence_embeddings(ckpt: Checkpoint, reading: Reading, texts: list[str], d
             raise CheckpointError(
                 f"{ckpt.path}: sentence-transformers cannot load it ({reason})"
             ) from None
-        return {t: _encoded(model, texts, t, ckpt.path) for t in sorted(dtypes, key=cast_order)}
+        return {
+            t: [_encoded(model, list(texts), t, ckpt.path) for texts in groups]
+            for t in sorted(dtypes, key=cast_order)
+        }
 
 
 def _encoded(model, texts: list[str], dtype, path: Path):

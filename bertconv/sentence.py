@@ -307,6 +307,22 @@ def token_counts(tokenizer, texts: list[str], prompt: str = "") -> list[int]:
     return [len(e.ids) for e in tokenizer.encode_batch([prompt + t for t in texts])]
 
 
+def padded_together(batches: list, side: str = "right") -> tuple | None:
+    """Token states and masks [((B, T, H), (B, T))] of batches of other lengths, as one batch:
+    each padded to the longest (zeros) on `side`; None where there are none."""
+    import torch
+    import torch.nn.functional as F
+
+    if not batches:
+        return None
+    longest = max(mask.shape[1] for _, mask in batches)
+    widths = [(longest - mask.shape[1], 0) if side == "left" else (0, longest - mask.shape[1])
+              for _, mask in batches]  # fmt: skip
+    states = [F.pad(s, (0, 0, *w)) for (s, _), w in zip(batches, widths, strict=True)]
+    masks = [F.pad(m, w) for (_, m), w in zip(batches, widths, strict=True)]
+    return torch.cat(states), torch.cat(masks)
+
+
 def unflattened(real_states, mask):
     """Token states (B, T, H), zeros at the padding, from the real tokens' (N, H) in order."""
     states = real_states.new_zeros(*mask.shape, real_states.shape[-1])

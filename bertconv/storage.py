@@ -10,6 +10,7 @@ stored ranges file to file). `nonfinite` finds NaN and Inf without torch; `to_to
 `all_to_torch` (torch imported only there) read stored tensors into torch's memory, or map them.
 """
 
+import contextvars
 import json
 import math
 import mmap
@@ -18,6 +19,7 @@ import struct
 import threading
 from array import array
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from itertools import zip_longest
 from pathlib import Path
@@ -136,12 +138,73 @@ def read_bytes(t: Tensor) -> bytes:
 
 
 def _read(s: Stored) -> bytes:
-    with open(s.path, "rb") as f:
-        f.seek(s.start)
-        data = f.read(s.end - s.start)
-    if len(data) != s.end - s.start:
-        raise ended_early(s.path, s.end - s.start - len(data))
-    return data
+    data = bytearray(s.end - s.start)
+    with descriptor(s.path) as fd:
+        got = _pread_into(fd, memoryview(data), s.start)
+    if got != len(data):
+        raise ended_early(s.path, len(data) - got)
+    return bytes(data)
+
+
+# Within reading(), each file storage reads is opened once, and every tensor of it read through
+# that descriptor by its offset (from any of the command's threads), not opened once a tensor:
+# bert-base's 199 tensors are one open, and a file replaced meanwhile (renamed over) is read
+# whole from the version first opened (files.held_still tells that it changed).
+_OPEN: contextvars.ContextVar[dict | None] = contextvars.ContextVar("open", default=None)
+_OPENING = threading.Lock()
+
+
+@contextmanager
+def reading():
+    """Each file read inside it opened once, and closed at its end (within an outer one: that
+    one's)."""
+    if _OPEN.get() is not None:
+        yield
+        return
+    held: dict[Path, int] = {}
+    token = _OPEN.set(held)
+    try:
+        yield
+    finally:
+        _OPEN.reset(token)
+        with _OPENING:
+            for fd in held.values():
+                os.close(fd)
+            held.clear()
+
+
+@contextmanager
+def descriptor(path: Path):
+    """A descriptor to read `path` by offset: reading()'s, else one of its own for the call."""
+    held = _OPEN.get()
+    if held is None:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+        return
+    with _OPENING:
+        if path not in held:
+            held[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = held[path]
+    yield fd
+
+
+def _pread_into(fd: int, into: memoryview, offset: int) -> int:
+    """Bytes of `fd` from `offset` into `into`, as many as there are: how many."""
+    done = 0
+    while done < len(into):
+        n = os.preadv(fd, [into[done:]], offset + done)
+        if n == 0:
+            break
+        done += n
+    return done
+
+
+def in_thread(target: Callable, *args) -> threading.Thread:
+    """A thread running `target(*args)` in the caller's context (its reading() among it)."""
+    return threading.Thread(target=contextvars.copy_context().run, args=(target, *args))
 
 
 def _read_range(t: Tensor, start: int, end: int) -> bytes:
@@ -198,9 +261,8 @@ def _read_into(t: Tensor, start: int, into: memoryview) -> None:
     if not isinstance(t, Stored):
         into[:] = _read_range(t, start, start + len(into))
         return
-    with open(t.path, "rb", buffering=0) as f:
-        f.seek(t.start + start)
-        got = f.readinto(into)
+    with descriptor(t.path) as fd:
+        got = _pread_into(fd, into, t.start + start)
     if got != len(into):
         raise ended_early(t.path, len(into) - got)
 
@@ -386,7 +448,9 @@ def nonfinite_soon(tensors: dict[str, Tensor], vectorised: bool = False) -> Call
         except BaseException as e:  # raised again by the waiting function
             answer.set_exception(e)
 
-    threading.Thread(target=scan, daemon=True).start()
+    scanner = in_thread(scan)
+    scanner.daemon = True
+    scanner.start()
     return answer.result
 
 
@@ -443,15 +507,14 @@ def blocks(t: Tensor) -> Iterator[bytes | bytearray]:
             yield from blocks(p) if isinstance(p, Stored) else [p]
         return
     buffer = bytearray(min(SCAN, t.end - t.start))
-    with open(t.path, "rb") as f:
-        f.seek(t.start)
-        left = t.end - t.start
+    with descriptor(t.path) as fd:
+        at, left = t.start, t.end - t.start
         while left:
-            n = f.readinto(memoryview(buffer)[: min(len(buffer), left)])
+            n = _pread_into(fd, memoryview(buffer)[: min(len(buffer), left)], at)
             if not n:
                 raise ended_early(t.path, left)
             yield buffer if n == len(buffer) else buffer[:n]
-            left -= n
+            at, left = at + n, left - n
 
 
 def on_two_cores(work: Callable, shares: list, progress: Callable[[int], None]) -> None:
@@ -471,7 +534,7 @@ def on_two_cores(work: Callable, shares: list, progress: Callable[[int], None]) 
             failed.append(e)
 
     mine, *others = shares
-    helpers = [threading.Thread(target=run, args=(share,)) for share in others]
+    helpers = [in_thread(run, share) for share in others]
     for helper in helpers:
         helper.start()
     run(mine)

@@ -130,10 +130,13 @@ def verify(
         raise UsageError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
     dev = pick_device(device)
     src = resolve(source, revision)
+
+    def once():
+        with storage.reading():  # each file opened once
+            return _verify(src, dev, dtype, from_layout, model, model_layout)
+
     # both models of one version of each file: compared again where one changed meanwhile
-    return files.held_still(
-        lambda: _verify(src, dev, dtype, from_layout, model, model_layout), "verified"
-    )
+    return files.held_still(once, "verified")
 
 
 def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> tuple:
@@ -151,16 +154,12 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     if pipeline is not None and not pipeline.refused and words is not None:
         # sentence-transformers' embeddings for its row first: its model let go before
         # verify's models are built (sentence_embeddings keeps them for the row)
-        texts = sentence.texts(pipeline, positions(ckpt.config))
-        sentence_embeddings(ckpt, reading, texts, {torch.float32, DTYPES[dtype]}, dev)
+        groups = _sentence_groups(pipeline, ckpt.config)
+        sentence_embeddings(ckpt, reading, groups, {torch.float32, DTYPES[dtype]}, dev)
     arch = reading.table.architecture
     choices = arch.implementation(reading.model_class) == "BertForMultipleChoice"
-    every = inputs(ckpt.config, words, src.path, choices)
+    batches = inputs(ckpt.config, words, src.path, choices)
     run_in = DTYPES[dtype]
-    # the twin of the batch of every position is the float32 check (_in_float32_too)
-    checked = [b.full and b.again and run_in == torch.float32 for b in every]
-    batches = [b for b, c in zip(every, checked, strict=True) if not c]
-    twins = [b for b, c in zip(every, checked, strict=True) if c]
     read = {}  # the weights bertconv's model and transformers' share (both only read them)
     ours, name = _ours(ckpt, reading, model, model_layout, read)
     reference = Reference(ckpt, reading, dev, read=read)
@@ -169,17 +168,16 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
         ours.sentence_width = sentence.width(pipeline, ckpt.config.hidden_size)
         ours.hold(pipeline)
     prepared = [ours.prepare(b.tensors) for b in batches]
-    again = [ours.prepare(b.tensors) for b in twins]
     # RoBERTa's positions follow the padding: a from-scratch BERT's, left-padded, do not
     random = next(b for b in batches if b.kind == RANDOM)
     after_pad = ckpt.config.positions_after_pad and model is not None
     left = [ours.prepare(left_padded(random.tensors))] if after_pad else []
     reference.compute(
         [(b, t) for b in prepared for t in dict.fromkeys((torch.float32, run_in))]
-        + [(b, torch.float32) for b in again + left]
+        + [(b, torch.float32) for b in left]
     )
-    kinds = list(dict.fromkeys(b.kind for b in every))
-    longest = max(b.longest for b in every)
+    kinds = list(dict.fromkeys(b.kind for b in batches))
+    longest = max(b.longest for b in batches)
     report = Report(src.name, name, str(dev), dtype, kinds, longest, nonfinite=nonfinite)
     got, in_float32 = _runs(ours, reference, batches, prepared, run_in, dev)
     both = _compared(report, got, reference, prepared, ours.dtypes)
@@ -197,12 +195,15 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
                          zip(prepared, ours.dtypes, strict=True)]  # fmt: skip
         taken_apart = not nonfinite and ours.differs_inside(failing, expected_each, FLOAT32_MAX_ABS)
         order = _shortest_first(prepared, differs)
-    # runs the model again: after what looks at the runs above
-    with no_tf32():
-        found = _in_float32_too(ours, reference, in_float32, again, both, report.rows, dev)
-    report.float32_full, why = found
-    if why is not None and failing is None:
-        ours.notes.append(why)
+    report.float32_full = _in_float32_too(reference, in_float32, both, report.rows)
+    if report.float32_full is not None and not report.float32_full.passed and failing is None:
+        ours.notes.append(
+            Note(
+                "in float32: your model computes the batch of every position otherwise in "
+                "float32 than in float64, where it agrees: half precision inside (autocast?) for "
+                "long sequences"
+            )
+        )
     if left:
         ours.notes += ours.left_padded(reference, left[0], dev, FLOAT32_MAX_ABS, arch.model_type)
     report.notes = [str(note) for note in ours.notes]
@@ -215,9 +216,10 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
 
 def _sentence_row(report: Report, pipeline, ckpt, reading, ours: Runner, dev, words) -> None:
     """The `sentence embedding` row of a sentence-transformers directory: the model's last
-    hidden state through the directory's pipeline (pooling, Dense, Normalize), on texts of
-    several lengths and one past the truncation length, against
-    `SentenceTransformer(DIR).encode` on the same texts."""
+    hidden state through the directory's pipeline (pooling, Dense, Normalize), against
+    `SentenceTransformer(DIR).encode` on the same texts: short texts together, then the same in
+    reverse (one shape twice, each row padded otherwise: a model keeping what it computed for a
+    shape gives the first batch's again), and a text past the truncation length alone."""
     if pipeline.refused:
         report.notes.append(f"sentence embedding not compared: {pipeline.refused}")
         return
@@ -230,14 +232,13 @@ def _sentence_row(report: Report, pipeline, ckpt, reading, ours: Runner, dev, wo
     texts, prompt = sentence.texts(pipeline, positions(ckpt.config)), pipeline.prompt()
     report.sentence_tokens = sentence.token_counts(words, texts, prompt)
     report.sentence_truncation = pipeline.max_seq_length
-    # the texts, then the same in reverse: one shape twice, each row padded otherwise (a model
-    # keeping what it computed for a shape gives the first batch's again)
+    short, long = _sentence_groups(pipeline, ckpt.config)
     pad = ckpt.config.pad_token_id
-    both = [sentence.tokenized(pipeline, words, t, prompt, pad) for t in (texts, texts[::-1])]
+    both = [sentence.tokenized(pipeline, words, t, prompt, pad) for t in (short, short[::-1], long)]
     batches, length = [b for b, _ in both], both[0][1]
     run_in = DTYPES[report.dtype]
-    found = sentence_embeddings(ckpt, reading, texts, {torch.float32, run_in}, dev)
-    expected = {t: torch.cat([e, e.flip(0)]) for t, e in found.items()}
+    found = sentence_embeddings(ckpt, reading, [short, long], {torch.float32, run_in}, dev)
+    expected = {t: torch.cat([s, s.flip(0), e]) for t, (s, e) in found.items()}
     got, tokens = _embedded(ours, pipeline, batches, length, run_in, dev, ckpt.config)
     truth = expected[torch.float32]
     if run_in == torch.float32:
@@ -248,25 +249,41 @@ def _sentence_row(report: Report, pipeline, ckpt, reading, ours: Runner, dev, wo
     if report.diagnosis is None and tokens is not None and not report.passed:
         last = next(r for r in report.rows if r.name == str(layer(ckpt.config.num_hidden_layers)))
         if last.passed and run_in == torch.float32:
-            mask = torch.cat([b["attention_mask"] for b in batches])
-            report.diagnosis = diagnosed(pipeline, got, tokens, mask, length, last.max_abs)
+            states, mask = tokens
+            report.diagnosis = diagnosed(pipeline, got, states, mask, length, last.max_abs)
+
+
+def _sentence_groups(pipeline, config) -> tuple[list[str], list[str]]:
+    """The texts the sentence row embeds, in the batches it embeds them: the short ones, and
+    the one past the truncation length alone."""
+    texts = sentence.texts(pipeline, positions(config))
+    return texts[:-1], texts[-1:]
 
 
 def _embedded(ours: Runner, pipeline, batches: list, prompt_length: int, dtype, dev, config):
-    """The model's sentence embeddings of `batches` (one shape each): the one it returns (a
+    """The model's sentence embeddings of `batches`, one after the other: the one it returns (a
     user's model without a pooler may), else its last hidden state, computed in `dtype`,
-    through the pipeline in float32 (NaN where it computes no such state); and that state
-    (B, T, H), where the model returned its own embedding (for the diagnosis)."""
+    through the pipeline in float32 (NaN where it computes no such state); and, where the
+    model returned its own embedding, that state (B, T, H) with its mask (B, T), every batch
+    padded to the longest on the side the directory pads (for the diagnosis)."""
     with no_tf32():
-        got = ours.run([ours.prepare(b) for b in batches], dev, [dtype] * len(batches))
-    mask = torch.cat([b["attention_mask"] for b in batches])
-    states = got.get(layer(config.num_hidden_layers))
-    if states is None or states.dim() != 2 or len(states) != int(mask.sum()):
-        return got.get(SENTENCE, torch.tensor(math.nan)), None
-    tokens = sentence.unflattened(states.float(), mask)
-    if SENTENCE in got:
-        return got[SENTENCE], tokens
-    return sentence.embed(pipeline, tokens, mask, prompt_length), None
+        ours.run([ours.prepare(b) for b in batches], dev, [dtype] * len(batches))
+    vectors, states = [], []
+    for batch, got in zip(batches, ours.per_batch, strict=True):
+        mask, found = batch["attention_mask"], got.get(layer(config.num_hidden_layers))
+        if found is None or found.dim() != 2 or len(found) != int(mask.sum()):
+            vectors.append(got.get(SENTENCE, torch.full((len(mask), 1), math.nan)))
+            continue
+        tokens = sentence.unflattened(found.float(), mask)
+        if SENTENCE in got:
+            vectors.append(got[SENTENCE])
+            states.append((tokens, mask))
+        else:
+            vectors.append(sentence.embed(pipeline, tokens, mask, prompt_length))
+    if len({v.shape[1:] for v in vectors}) > 1:  # another width in another batch
+        return torch.tensor(math.nan), None
+    together = sentence.padded_together(states, pipeline.padding_side)
+    return torch.cat(vectors), together if len(states) == len(batches) else None
 
 
 def _ours(ckpt: Checkpoint, reading: Reading, model: str | None, model_layout, read) -> tuple:
@@ -284,19 +301,22 @@ def _ours(ckpt: Checkpoint, reading: Reading, model: str | None, model_layout, r
 
 def _runs(ours: Runner, reference, batches: list[Batch], prepared: list, dtype, dev) -> tuple:
     """The model run on every batch in `dtype`: its outputs, all batches' together, and those of
-    each batch it ran again in float64 as they were in float32 ({index: (batch, outputs)}). A
-    batch of every position whose outputs differ beyond the tolerance in float32, where every
-    other batch agrees, is run again in float64 by both models and compared there: float32's own
-    rounding over hundreds of positions nears the tolerance (transformers' float32 against its
-    float64: 8e-6 on all-MiniLM-L6-v2 at 512 tokens), while the arithmetic it proves is the
+    each batch of every position run in float32 ({index: (batch, outputs)}: the float32 check).
+    A batch of every position whose outputs differ beyond the tolerance in float32, where every
+    other batch agrees, is run again in float64 by both models and compared there: float32's
+    own rounding over hundreds of positions nears the tolerance (transformers' float32 against
+    its float64: 8e-6 on all-MiniLM-L6-v2 at 512 tokens), while the arithmetic it proves is the
     same in either. Where float32 agrees, it is the proof: float64 could only excuse a
     difference."""
     with no_tf32():
         got = ours.run(prepared, dev, [dtype] * len(prepared))
-        wide = _rounding_only(ours, reference, batches, prepared) if dtype == torch.float32 else []
-        if not wide:
+        if dtype != torch.float32:
             return got, {}
-        in_float32 = {i: (prepared[i], ours.per_batch[i]) for i in wide}
+        full = [i for i, b in enumerate(batches) if b.full]
+        in_float32 = {i: (prepared[i], ours.per_batch[i]) for i in full}
+        wide = _rounding_only(ours, reference, batches, prepared)
+        if not wide:
+            return got, in_float32
         reference.compute([(prepared[i], torch.float64) for i in wide])
         dtypes = [torch.float64 if i in wide else dtype for i in range(len(prepared))]
         return ours.run(prepared, dev, dtypes), in_float32
@@ -347,44 +367,23 @@ def _compared(report: Report, got: dict, reference, prepared: list, dtypes: list
     return both
 
 
-def _in_float32_too(ours: Runner, reference, in_float32: dict, again: list, outputs, rows, dev):
-    """The float32 check of the batch of every position, within FULL_FLOAT32_MAX_ABS of
-    transformers' float32: its twin run in float32 (what a model keeps of the batch of that
-    shape before it fails there), and where it was compared in float64, its own float32 run
-    (`in_float32`: what float64 sidesteps, bf16 autocast or a path taken in float32 alone,
-    fails there). The hidden states and the pooler whose rows passed. (None, None) where there
-    is no such batch; else the comparison, and where it fails, a note saying which did."""
+def _in_float32_too(reference, in_float32: dict, outputs, rows) -> Comparison | None:
+    """The float32 check of the batch of every position: its float32 run against transformers'
+    float32 within FULL_FLOAT32_MAX_ABS, on every hidden state and the pooler whose rows passed.
+    Where that batch was compared in float64, what float64 sidesteps (bf16 autocast, a path
+    taken in float32 alone) fails here. None where there is no such batch, or no such row."""
     passed = [k for k, row in zip(outputs, rows, strict=True) if row.passed]
     keys = [k for k in passed if k.hidden or k == POOLER]
-    if not again or not keys:
-        return None, None
-    ours.run(again, dev, [torch.float32] * len(again))
-    runs = {"twin": list(zip(again, ours.per_batch, strict=True)), "wide": in_float32.values()}
-    gaps = {
-        what: [_gap(got.get(k), reference.outputs(b, torch.float32)[k]) for b, got in pairs
-               for k in keys]
-        for what, pairs in runs.items()
-    }  # fmt: skip
-    every = [g for found in gaps.values() for g in found]
-    found = Comparison(
-        "in float32",
-        max(every, key=lambda g: math.inf if g != g else g),  # NaN first: it never passes
-        sum(g for g in every if g == g) / len(every),
-        FULL_FLOAT32_MAX_ABS,
-    )
-    if found.passed:
-        return found, None
-    if any(not g <= FULL_FLOAT32_MAX_ABS for g in gaps["wide"]):
-        return found, Note(
-            "in float32: your model computes the batch of every position otherwise in float32 "
-            "than in float64, where it agrees: half precision inside (autocast?) for long "
-            "sequences"
-        )
-    return found, Note(
-        "in float32: your model computes the batch of every position right, and wrong when it "
-        "comes again of that shape padded otherwise: it keeps something of an earlier batch of "
-        "that shape (a mask cached by its shape?)"
-    )
+    if not in_float32 or not keys:
+        return None
+    gaps = [
+        _gap(got.get(k), reference.outputs(batch, torch.float32)[k])
+        for batch, got in in_float32.values()
+        for k in keys
+    ]
+    worst = max(gaps, key=lambda g: math.inf if g != g else g)  # NaN first: it never passes
+    mean = sum(g for g in gaps if g == g) / len(gaps)
+    return Comparison("in float32", worst, mean, FULL_FLOAT32_MAX_ABS)
 
 
 def _differing(output: Output, ours: Runner, reference, prepared: list) -> list[bool]:

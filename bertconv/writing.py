@@ -18,6 +18,7 @@ from .storage import (
     Joined,
     Stored,
     Tensor,
+    descriptor,
     ended_early,
     nbytes,
     on_two_cores,
@@ -107,9 +108,9 @@ def _copy(parts: Iterator, out, progress: Callable[[int], None]) -> None:
         out.flush()
         path, start, end = run
         position = out.tell()
-        with open(path, "rb") as src:
+        with descriptor(path) as src:
             try:
-                _copy_range(src.fileno(), out.fileno(), start, position, end - start, progress)
+                _copy_range(src, out.fileno(), start, position, end - start, progress)
             except EndedEarly as e:
                 raise ended_early(path, e.missing) from None
         out.seek(position + end - start)

@@ -121,14 +121,14 @@ def test_a_failing_writer_removes_its_directory_before_letting_the_next_in(tmp_p
     never see it removed as it writes."""
     out = tmp_path / "made" / "out"
     seen = []
-    unlock = files.Output._unlock
+    unlock = files.OutputDir._unlock
 
     def at_unlock(self):
         seen.append(os.path.lexists(out))
         unlock(self)
 
-    monkeypatch.setattr(files.Output, "_unlock", at_unlock)
-    with pytest.raises(RuntimeError), files.Output(out, ("config.json",)) as output:
+    monkeypatch.setattr(files.OutputDir, "_unlock", at_unlock)
+    with pytest.raises(RuntimeError), files.OutputDir(out, ("config.json",)) as output:
         output.stage("config.json").write_text("{}")
         raise RuntimeError("the conversion failed")
     assert seen == [False] and not (tmp_path / "made").exists()
@@ -171,7 +171,7 @@ def test_a_failing_writer_never_fails_a_good_one(rich, tmp_path):
 def test_a_directory_made_since_the_output_was_opened_is_refused_at_commit(tmp_path):
     out = tmp_path / "out"
     refusal = pytest.raises(OutputError, match="vocab.txt: is a directory")
-    with refusal, files.Output(out, ("vocab.txt",)) as output:
+    with refusal, files.OutputDir(out, ("vocab.txt",)) as output:
         output.stage("vocab.txt").write_text("[PAD]\n")
         (out / "vocab.txt").mkdir()
         output.commit()

@@ -230,7 +230,7 @@ def test_a_directory_another_writer_removed_is_made_again(tmp_path, monkeypatch)
 
     monkeypatch.setattr(files.os, "open", vanished)
     out = tmp_path / "a" / "b"
-    with files.Output(out) as output:
+    with files.OutputDir(out) as output:
         output.stage("x").write_text("x")
         output.commit()
     assert (out / "x").read_text() == "x" and calls[:2] == [out, out]

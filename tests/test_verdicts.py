@@ -51,16 +51,15 @@ def failing(report: dict) -> list[str]:
     return [row["name"] for row in report["rows"] if not row["passed"]]
 
 
-def test_each_shape_is_run_twice_padded_otherwise_and_one_batch_reaches_every_position():
+def test_each_short_shape_is_run_twice_padded_otherwise_and_one_batch_reaches_every_position():
     config = BertConfig(**TINY)
     batches = inputs(config)
     assert [(b.kind, b.again) for b in batches] == [
         ("random ids", False),
         ("random ids", True),
-        ("random ids of all 64 positions", False),
-        ("random ids of all 64 positions", True),
+        ("random ids of all 64 positions", False),  # once: a cache by shape shows on the twin
     ]
-    for first, twin in zip(batches[::2], batches[1::2], strict=True):
+    for first, twin in [batches[:2]]:
         assert first.tensors["input_ids"].shape == twin.tensors["input_ids"].shape
         assert not torch.equal(first.tensors["attention_mask"], twin.tensors["attention_mask"])
         pads = twin.tensors["input_ids"][twin.tensors["attention_mask"] == 0]

@@ -20,11 +20,11 @@ from ..errors import BertconvError, CheckpointError, UsageError, UserCodeError, 
 from ..family import (
     factory_dict,
     held,
-    holdings,
     left_out,
     left_out_types,
     own,
     same_family,
+    ways,
 )
 from ..mapping import Table, class_for, holding_copies, identify, layout, other_labels
 from ..model import BertModel
@@ -42,7 +42,7 @@ from ..outputs import (
 )
 from ..reference import Reference
 from ..sentence import dense_weights
-from ..tables import BERT_HOLDING, Holding, holding_of
+from ..tables import BERT_HOLDING, holding_of
 from .diagnose import Diagnosis, diagnose
 from .fence import APPLIED, shipped
 from .harness import load, load_weights
@@ -59,10 +59,9 @@ def yours(ckpt: Checkpoint, reading: Reading, spec: str, table_spec: str | None)
         holding = holding_of(table_spec)
         if holding.names is not None:  # the rows give the type's own names
             same_family(ckpt, holding, table_spec)
-        way = _own_names(ckpt, reading) if holding.names else held(ckpt, reading, holding)
-        ours = Yours(*way, spec, table_spec)
+        ours, holding = _each_way(ckpt, reading, spec, table_spec, [holding])
     else:
-        ours, holding = _each_way(ckpt, reading, spec)
+        ours, holding = _each_way(ckpt, reading, spec, None, ways(ckpt.config))
     ours.types_left_out = left_out_types(ckpt, reading, holding)
     kind = reading.table.model_type
     if ours.ckpt.architecture.bert is None:  # held under BERT's names: its heads may not fit
@@ -77,24 +76,23 @@ def yours(ckpt: Checkpoint, reading: Reading, spec: str, table_spec: str | None)
     return ours
 
 
-def _each_way(ckpt: Checkpoint, reading: Reading, spec: str) -> tuple["Yours", Holding]:
-    """The model built each way its checkpoint's type allows (under BERT's names, held as the
-    type holds its weights, then as a BERT does; under the type's own names), the first whose
-    embeddings compute the checkpoint's on a right-padded batch; else the closest (its rows
-    then fail, and the diagnosis says why)."""
-    family = ckpt.architecture.bert is not None
-    if family and not holdings(ckpt.config):  # no BERT holds it (MPNet's bias)
-        return _own_way(ckpt, reading, spec)
-    ways = _ways(ckpt, reading, holdings(ckpt.config), own_names=family)
+def _each_way(ckpt: Checkpoint, reading: Reading, spec: str, table, found: list) -> tuple:
+    """The model built each way of `found` (family.ways: under BERT's names, held as the type
+    holds its weights, then as a BERT does; under the type's own names; or the one its table
+    says), the first whose embeddings compute the checkpoint's on a right-padded batch; else
+    the closest (its rows then fail, and the diagnosis says why): (Yours, its Holding)."""
     batch, expected = random_batch(ckpt.config), None
     built, errors = [], []
-    for holding, as_held, held_reading in ways:
+    for holding in found:
         try:
-            ours = Yours(as_held, held_reading, spec, None)
+            as_held = _own_names(ckpt, reading) if holding.names else held(ckpt, reading, holding)
+            ours = Yours(*as_held, spec, table)  # the one place the user's model is built
         except BertconvError as e:
-            errors.append(e)
-            continue
-        if len(ways) == 1:
+            if len(found) > 1:
+                errors.append(e)
+                continue
+            raise _no_bert(ckpt, reading, e) if holding.names and table is None else e from None
+        if len(found) == 1:
             return ours, holding
         expected = _embeddings(ckpt, reading, batch) if expected is None else expected
         gap = _embeddings_gap(ours, batch, expected)
@@ -107,27 +105,16 @@ def _each_way(ckpt: Checkpoint, reading: Reading, spec: str) -> tuple["Yours", H
     return ours, holding
 
 
-def _own_way(ckpt: Checkpoint, reading: Reading, spec: str) -> tuple["Yours", Holding]:
-    """The model under the type's own names, the one way a type no BERT holds is held; a
-    model no layout of the type names is refused saying why a BERT's names cannot hold it."""
+def _no_bert(ckpt: Checkpoint, reading: Reading, error: BertconvError) -> BertconvError:
+    """A model no layout of a type that no BERT holds (MPNet) names: why a BERT's names cannot
+    hold it either, beside why its own do not."""
+    if not isinstance(error, UsageError):
+        return error
     try:
-        return Yours(*_own_names(ckpt, reading), spec, None), own(ckpt.config)
-    except UsageError as e:  # no layout of the type names its tensors: a BERT's, or its own
-        try:
-            held(ckpt, reading, BERT_HOLDING)
-        except CheckpointError as refusal:
-            raise CheckpointError(f"{e}; under BERT's names, {refusal}") from None
-        raise
-
-
-def _ways(ckpt: Checkpoint, reading: Reading, held_as: list[Holding], own_names=False) -> list:
-    """(holding, checkpoint, reading) for each way: under BERT's names, held as each of
-    `held_as` says, then (`own_names`) under the type's own, its tensors as they are."""
-    ways = [(h, *held(ckpt, reading, h)) for h in held_as]
-    if own_names:
-        ways.append((replace(own(ckpt.config), names=ckpt.config.model_type),
-                     *_own_names(ckpt, reading)))  # fmt: skip
-    return ways
+        held(ckpt, reading, BERT_HOLDING)
+    except CheckpointError as refusal:
+        return CheckpointError(f"{error}; under BERT's names, {refusal}")
+    return error
 
 
 def _own_names(ckpt: Checkpoint, reading: Reading) -> tuple[Checkpoint, Reading]:

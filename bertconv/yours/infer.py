@@ -26,7 +26,7 @@ from .. import catalog, storage
 from ..catalog import ENCODER, TOKEN_TYPES
 from ..config import BertConfig
 from ..errors import BertconvError, NotBertError, UsageError, given_as, listed, said
-from ..family import factory_dict, held_config, holdings, own
+from ..family import factory_dict, held_config, ways
 from ..mapping import class_for, expand, layout
 from ..outputs import POOLER, Output, compared, heads
 from ..tables import BERT_HOLDING, Holding
@@ -94,7 +94,7 @@ class Probe:
                 _places(t, own[name], places)
         self.official = random_weights(official, places)
         ours = self._laid_out(layout("bertconv", config), {"groups": groups}, torch_=True)
-        self.reference = _holding(self.model_class, config, groups, ours)
+        self.reference = _bertconv_model(self.model_class, config, groups, ours)
         self.batch = harness.prepare(random_batch(config, PROBE_LENGTH))
         self.expected = compared(self.reference, self.batch, self.heads)
         self.trials = 0
@@ -191,7 +191,7 @@ def _torch(t: storage.Tensor, official: dict) -> torch.Tensor:
     return official[t.data].view(t.shape) if isinstance(t.data, str) else storage.to_torch(t)
 
 
-def _holding(model_class: str, config: BertConfig, groups, weights: dict) -> torch.nn.Module:
+def _bertconv_model(model_class: str, config: BertConfig, groups, weights: dict) -> torch.nn.Module:
     """bertconv's model of `model_class` holding `weights` themselves (api.build copies them)."""
     from torch.overrides import TorchFunctionMode
 
@@ -245,10 +245,10 @@ def _failing_part(distances: dict[Output, float] | None) -> str | None:
 def infer(spec: str, config_dict: dict | None = None, dense=None) -> Inference:
     """The table of `spec`'s names (PKG.MODULE:NAME or path.py:NAME), found and checked. Given
     a config.json of BERT's family, the model is built each way the type may be held
-    (family.holdings: a RoBERTa as RoBERTa counts positions, then as a BERT does): the first
-    whose assignment computes it is the table, its [holding] recorded; else the closest says
-    why. `dense`: a sentence-transformers directory's Dense layer, which a projection of the
-    model's own of its shape is ([sentence])."""
+    (family.ways: a RoBERTa as RoBERTa counts positions, then as a BERT does, then under its
+    own names): the first whose assignment computes it is the table, its [holding] recorded;
+    else the closest says why. `dense`: a sentence-transformers directory's Dense layer, which
+    a projection of the model's own of its shape is ([sentence])."""
     spec = given_as(spec, "MODEL")  # infer's argument, as messages name it
     # A config.json naming its classes is transformers': without id2label, num_labels is 2.
     probe = PROBE | ({"num_labels": 2} if "architectures" in (config_dict or {}) else {})
@@ -258,7 +258,7 @@ def infer(spec: str, config_dict: dict | None = None, dense=None) -> Inference:
     if given.num_hidden_layers == 1:  # a layer's names need two to tell {layer} apart
         given = replace(given, num_hidden_layers=2)  # a table holds any number
     tried, errors = [], []
-    for holding in _holdings(given):
+    for holding in ways(given):
         try:  # a model built for one way may not build, or run, another
             found = _inferred(spec, config_dict, given, holding, dense)
         except BertconvError as e:
@@ -270,18 +270,6 @@ def infer(spec: str, config_dict: dict | None = None, dense=None) -> Inference:
     if not tried:
         raise errors[-1]  # as a BERT holds it: what infer said before the family's ways
     return max(tried, key=lambda f: closeness(f.checked or None))  # the first of equals
-
-
-def _holdings(config: BertConfig) -> list[Holding]:
-    """The ways a model may hold a checkpoint of `config`'s type (family.holdings); last, for a
-    type whose heads BERT has no place for (ELECTRA's discriminator), or that no BERT holds
-    (MPNet), its own names (a table under BERT's names serves a BERT's checkpoints too)."""
-    arch = catalog.of(config.model_type)
-    found = holdings(config)
-    no_place = any(not arch.bert["groups"].get(g) for g in arch.group_names) if arch.bert else 0
-    if arch.bert is not None and (no_place or not found):
-        found.append(replace(own(config), names=config.model_type))
-    return found
 
 
 def _probe_config(given: BertConfig, holding: Holding) -> BertConfig:

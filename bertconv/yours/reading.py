@@ -22,7 +22,7 @@ def anchors(table: Table, config: BertConfig, groups: set[str]) -> dict[Output, 
         count = config.num_hidden_layers if key == "layer" else 1
         for i in range(count):
             label = Output(key, i + 1 if key == "layer" else None)
-            users = {n for o in officials for n in table.held_as(o.replace("{layer}", str(i)))}
+            users = {n for o in officials for n in table.model_names(o.replace("{layer}", str(i)))}
             if users:
                 out[label] = users
     return out

@@ -113,7 +113,8 @@ class Values:
 
     def names(self, prefix: str) -> set[str]:
         """The model's names of a unit's tensors: a task class's encoder under its prefix."""
-        found = {n for part in ("weight", "bias") for n in self.table.held_as(f"{prefix}.{part}")}
+        names = self.table.model_names
+        found = {n for part in ("weight", "bias") for n in names(f"{prefix}.{part}")}
         return (found & set(self.trace.names.values())) or found
 
     def _call(self, prefix: str, last: bool = True):
