@@ -32,8 +32,9 @@ $(T4)/.installed: $(INSTALLED)
 	$(BIN)/pip install -q --no-deps --target $(T4) $(T4_PACKAGES)
 	touch $@
 
+# The suite on every core (pytest-xdist), its slowest tests printed: the next one to grow is seen.
 test: $(INSTALLED) $(T4)/.installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --durations=15
 	PYTHONPATH=$(T4) $(BIN)/python -m pytest -q -p no:cacheprovider tests/transformers4
 
 lint: $(INSTALLED)

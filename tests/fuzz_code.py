@@ -32,7 +32,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from bertconv import cli
@@ -147,15 +147,18 @@ def faults(draw) -> Fault:
     return Fault(kind, place, code, on_call)
 
 
-def runs(examples: int, seed: int | None):
+def runs(examples: int, seed: int | None, shrink: bool = True):
     """How every campaign runs hypothesis: `examples` inputs, the same ones every time where a
-    seed is given, no database, no deadline (a run may take seconds)."""
+    seed is given, no database, no deadline (a run may take seconds); `shrink`: a failure
+    shrunk to a minimal input (a test that only needs to see it fail need not wait for that)."""
+    phases = [p for p in Phase if shrink or p not in (Phase.shrink, Phase.explain)]
     return settings(
         max_examples=examples,
         derandomize=seed is not None,
         database=None,
         deadline=None,
         suppress_health_check=list(HealthCheck),
+        phases=phases,
     )
 
 

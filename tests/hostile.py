@@ -6,6 +6,7 @@ Every file a test makes on purpose to be unreadable is registered with `hostile(
 session's last check (conftest.py) can open every other safetensors file the suite wrote with
 safetensors' own reader."""
 
+import hashlib
 import io
 import json
 import os
@@ -283,12 +284,16 @@ CLI = [sys.executable, "-c", "from bertconv.cli import main; main()"]
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
-    """Every file under `directory`, by relative path: to show that nothing changed."""
-    return {
-        str(p.relative_to(directory)): p.read_bytes()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file() and not p.is_symlink()
-    }
+    """Every file under `directory`, by relative path, its bytes (a large one's SHA-256, hashed
+    as it is read, never held whole): to show that nothing changed."""
+    out = {}
+    for p in sorted(directory.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            with open(p, "rb") as f:
+                small = p.stat().st_size <= 1 << 20
+                found = f.read() if small else hashlib.file_digest(f, "sha256").digest()
+            out[str(p.relative_to(directory))] = found
+    return out
 
 
 def refused(result, code: int, *fragments: str) -> str:

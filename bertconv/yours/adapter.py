@@ -49,19 +49,20 @@ from .harness import load, load_weights
 from .reading import anchors, head_input, misread_pooler, outputs_of, read, returned
 
 
-def yours(ckpt: Checkpoint, reading: Reading, spec: str, table_spec: str | None) -> "Yours":
+def yours(ckpt: Checkpoint, reading: Reading, spec: str, table_spec: str | None, read=None):
     """The user's model (`spec`) as verify runs it on the checkpoint, holding it as its table's
     [holding] says (family.py: a RoBERTa as RoBERTa counts positions, or as a BERT does); with
     no table, built each way its type allows and held the way that computes the checkpoint's
     embeddings. The checkpoint's heads with no place in the model, and what the model's module
-    replaced in torch, said."""
+    replaced in torch, said. `read`: tensors already read (storage.all_to_torch), copied from,
+    not read again."""
+    found = ways(ckpt.config)
     if table_spec is not None:
         holding = holding_of(table_spec)
         if holding.names is not None:  # the rows give the type's own names
             same_family(ckpt, holding, table_spec)
-        ours, holding = _each_way(ckpt, reading, spec, table_spec, [holding])
-    else:
-        ours, holding = _each_way(ckpt, reading, spec, None, ways(ckpt.config))
+        found = [holding]
+    ours, holding = _each_way(ckpt, reading, spec, table_spec, found, read)
     ours.types_left_out = left_out_types(ckpt, reading, holding)
     kind = reading.table.model_type
     if ours.ckpt.architecture.bert is None:  # held under BERT's names: its heads may not fit
@@ -76,7 +77,7 @@ def yours(ckpt: Checkpoint, reading: Reading, spec: str, table_spec: str | None)
     return ours
 
 
-def _each_way(ckpt: Checkpoint, reading: Reading, spec: str, table, found: list) -> tuple:
+def _each_way(ckpt: Checkpoint, reading: Reading, spec: str, table, found: list, read) -> tuple:
     """The model built each way of `found` (family.ways: under BERT's names, held as the type
     holds its weights, then as a BERT does; under the type's own names; or the one its table
     says), the first whose embeddings compute the checkpoint's on a right-padded batch; else
@@ -86,7 +87,7 @@ def _each_way(ckpt: Checkpoint, reading: Reading, spec: str, table, found: list)
     for holding in found:
         try:
             as_held = _own_names(ckpt, reading) if holding.names else held(ckpt, reading, holding)
-            ours = Yours(*as_held, spec, table)  # the one place the user's model is built
+            ours = Yours(*as_held, spec, table, read)  # the one place the model is built
         except BertconvError as e:
             if len(found) > 1:
                 errors.append(e)
@@ -156,7 +157,7 @@ class Yours(Runner):
     table gives them (the table whose names are the model's, unless one is given), every
     hidden state and head read from a trace of its forward."""
 
-    def __init__(self, ckpt: Checkpoint, reading: Reading, spec: str, table_name: str | None):
+    def __init__(self, ckpt: Checkpoint, reading: Reading, spec: str, table_name, read=None):
         self.ckpt = ckpt  # as the model takes it (family.held)
         self.types_left_out = 0.0  # the checkpoint's token types, where the model has none
         self.harness = load(spec, ckpt.config_dict, ckpt.config, random_batch(ckpt.config))
@@ -181,7 +182,8 @@ class Yours(Runner):
         compared_groups = kept | self.seeded
         absent = _head_names(table, ckpt.config, groups - compared_groups)
         absent -= _head_names(table, ckpt.config, compared_groups)
-        load_weights(model, spec, self._tensors(), absent | table.own | dict(table.sentence).keys())
+        tensors = storage.all_to_torch(self.conversion.state_dict, read=read)
+        load_weights(model, spec, tensors, absent | table.own | dict(table.sentence).keys())
         self.notes = _not_compared(table, ckpt.config, groups - compared_groups, compared_groups)
         if poolerless:
             kept_own = "not compared; your model keeps its own weights"
@@ -269,9 +271,6 @@ class Yours(Runner):
         chosen = Selection("exactly", self.reading.groups)
         held = convert_reading(self.reading, config, layout("bertconv", config), chosen)
         return build(held, config)
-
-    def _tensors(self) -> dict[str, torch.Tensor]:
-        return storage.all_to_torch(self.conversion.state_dict)
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return self.harness.prepare(batch)
