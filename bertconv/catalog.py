@@ -9,7 +9,7 @@ config class reads it.
 `of(model_type)` gives the one frozen `Architecture`, read once; `read_config(config.json's
 dict)` reads the type where config.json is read (BERT's where the file names none, as Google's
 bert_config.json does) and returns the BertConfig that carries what the model computes. After
-that the architecture is handed on (a Table holds it), never asked for again by type. No torch.
+that the architecture is handed on (a Layout holds it), never asked for again by type. No torch.
 """
 
 import tomllib

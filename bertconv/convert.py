@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from . import storage
 from .config import BertConfig
 from .errors import CheckpointError, UsageError, listed
-from .mapping import Table, class_for, class_of, identify, layout
+from .mapping import Layout, class_for, class_of, identify, layout
 from .tables import OFFICIAL, refusal
 from .transforms import REGISTRY
 
@@ -120,7 +120,7 @@ class Reading:
     named: dict[str, str]  # official name -> the name the file gives it
     skipped: list[str]  # names the table ignores: buffers, a step count
     slots: int  # tensors that are an optimizer's slots of a weight (adam_m, adam_v)
-    table: Table  # the layout it was read through, which holds the architecture
+    table: Layout  # the layout it was read through, which holds the architecture
     source: str  # what it was read from, for messages
 
 
@@ -132,13 +132,13 @@ class Conversion:
     dropped: dict[str, str]  # the groups of the source left out, each with why
     skipped: list[str]  # the source's names its table ignores: buffers, a step count
     slots: int  # the source's tensors that are an optimizer's slots (adam_m, adam_v)
-    table: Table  # the layout written, which holds the architecture
+    table: Layout  # the layout written, which holds the architecture
 
 
 def read_official(
     state_dict: dict[str, storage.Tensor],
     config: BertConfig,
-    src: Table,
+    src: Layout,
     source: str,
     hint: object = None,
 ) -> Reading:
@@ -175,7 +175,7 @@ def read_official(
 
 
 def _check_positions(
-    official: dict, config: BertConfig, src: Table, named: dict, problems: Problems
+    official: dict, config: BertConfig, src: Layout, named: dict, problems: Problems
 ) -> None:
     """Distance tables come with relative position embeddings, and only with them: under an
     absolute config.json they would be left unread, and without them a relative model cannot
@@ -203,7 +203,7 @@ def _hints(hint: object) -> list[str]:
 
 
 def _identify(
-    official: dict, config: BertConfig, src: Table, hints: list[str], problems: Problems
+    official: dict, config: BertConfig, src: Layout, hints: list[str], problems: Problems
 ) -> tuple[str, frozenset[str]]:
     """The class the file's groups make (mapping.class_of). A group comes whole: one only
     partly there is named, tensor by tensor."""
@@ -220,7 +220,7 @@ def _identify(
 
 
 def select_groups(
-    have: frozenset[str], dst: Table, selection: Selection, source: str
+    have: frozenset[str], dst: Layout, selection: Selection, source: str
 ) -> tuple[frozenset[str], dict[str, str]]:
     """Which of the file's groups to write, and why each other one is left out: fitting (or
     encoder) keeps those the target layout has a place for (only the pooler); every or exactly
@@ -247,7 +247,7 @@ def select_groups(
     return kept, dropped
 
 
-def _asked(asked: frozenset[str], have: frozenset[str], source: str, dst: Table) -> frozenset[str]:
+def _asked(asked: frozenset[str], have: frozenset[str], source: str, dst: Layout) -> frozenset[str]:
     known = dst.architecture.group_names
     unknown = sorted(asked - set(known))
     if unknown:
@@ -260,7 +260,7 @@ def _asked(asked: frozenset[str], have: frozenset[str], source: str, dst: Table)
 
 
 def write_layout(
-    official: dict[str, storage.Tensor], config: BertConfig, dst: Table, groups: frozenset[str]
+    official: dict[str, storage.Tensor], config: BertConfig, dst: Layout, groups: frozenset[str]
 ) -> dict[str, storage.Tensor]:
     """The official tensors of the encoder and `groups`, under layout `dst`'s names. The
     prefixed groups (transformers' encoder and pooler) are written under the prefix when a head
@@ -297,7 +297,7 @@ def convert(
     return convert_reading(reading, config, dst, selection)
 
 
-def _check_room(config: BertConfig, dst: Table, source: str) -> None:
+def _check_room(config: BertConfig, dst: Layout, source: str) -> None:
     if config.relative and not dst.relative:
         raise CheckpointError(
             f"{source}: the {dst.name!r} layout has no place for relative position embeddings "
@@ -307,7 +307,7 @@ def _check_room(config: BertConfig, dst: Table, source: str) -> None:
 
 
 def convert_reading(
-    reading: Reading, config: BertConfig, dst: Table, selection: Selection
+    reading: Reading, config: BertConfig, dst: Layout, selection: Selection
 ) -> Conversion:
     """A checkpoint already read into the official names, written in layout `dst`."""
     source = reading.source
@@ -349,7 +349,7 @@ def _pack(row, tensors: list[storage.Tensor]) -> storage.Tensor:
     return REGISTRY[row.transform].to_layout(tensors)
 
 
-def _check_generated(name: str, tensor: storage.Tensor, src: Table, problems: Problems) -> None:
+def _check_generated(name: str, tensor: storage.Tensor, src: Layout, problems: Problems) -> None:
     gen = src.generated[name]
     if tensor.shape != gen.shape or not storage.equal(
         tensor, storage.arange(gen.arange, gen.shape)
@@ -357,7 +357,7 @@ def _check_generated(name: str, tensor: storage.Tensor, src: Table, problems: Pr
         problems.values.append(f"{name} should be arange({gen.arange}) of shape {gen.shape}")
 
 
-def _check_tied(tied: dict, official: dict, src: Table, problems: Problems) -> None:
+def _check_tied(tied: dict, official: dict, src: Layout, problems: Problems) -> None:
     for name, tensor in tied.items():
         target = src.rows[src.tied[name]].official[0]
         if target in official and not storage.equal(tensor, official[target]):
@@ -372,7 +372,7 @@ def _check_shapes(
     config: BertConfig,
     groups: frozenset[str],
     named: dict[str, str],
-    src: Table,
+    src: Layout,
     problems: Problems,
 ) -> None:
     """Every encoder tensor there, each tensor the shape config.json implies for its group."""
@@ -401,6 +401,6 @@ def _check_dtypes(official: dict, named: dict[str, str], problems: Problems) -> 
             problems.dtypes.append(f"{named[name]} is {tensor.dtype}, the other parameters {usual}")
 
 
-def _layout_name(official_name: str, src: Table) -> str:
+def _layout_name(official_name: str, src: Layout) -> str:
     """The name the source layout uses for an official tensor, for messages."""
     return (src.names_for(official_name) or (official_name,))[0]

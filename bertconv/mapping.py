@@ -1,6 +1,6 @@
 """A layout's table expanded for a config, and what it says of a file or a model: the one
 place that decides which layout tensors are in (`identify`), which class a set of groups makes
-(`class_for`), the names a layout gives an official tensor and back (`Table`). The tables' files
+(`class_for`), the names a layout gives an official tensor and back (`Layout`). The tables' files
 are tables.py's; what the architecture is, catalog.py's. No tensors here (and no torch):
 `convert.py` applies what these tables say.
 """
@@ -68,7 +68,7 @@ class Generated(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Table:
+class Layout:
     """One layout's table, expanded for a config: every name a file in this layout may hold."""
 
     name: str
@@ -292,7 +292,7 @@ def _identify_model(
     )
 
 
-def holding_copies(table: Table, names) -> Table:
+def holding_copies(table: Layout, names) -> Layout:
     """`table` for a model whose tensors are `names`: its tied copies written where the model
     holds them by name (a decoder tied to the word embeddings), though files leave them out,
     and so the other names of a row the model holds beside it (RoBERTa's `lm_head.decoder.bias`,
@@ -303,7 +303,7 @@ def holding_copies(table: Table, names) -> Table:
     return replace(table, write_tied=True, tied=table.tied | beside)
 
 
-def _held(table: Table, config: BertConfig, names: set[str]) -> frozenset[str]:
+def _held(table: Layout, config: BertConfig, names: set[str]) -> frozenset[str]:
     """The groups of `table` whose every name the model has: the heads, then the prefixed
     groups (transformers' encoder and pooler), named as they are beside those heads."""
     encoder = set(table.official_shapes(config))
@@ -316,7 +316,7 @@ def _held(table: Table, config: BertConfig, names: set[str]) -> frozenset[str]:
     return frozenset(heads | {g for g in table.groups & table.prefixed if holds(g, heads)})
 
 
-def other_labels(table: Table, config: BertConfig, groups, shapes: dict, spec: str) -> None:
+def other_labels(table: Layout, config: BertConfig, groups, shapes: dict, spec: str) -> None:
     """Refuse a model whose head of labels (a classifier's, a tagger's), among the checkpoint's
     `groups`, has another label count than the checkpoint's: read off its bias, `shapes` being
     the model's. A count fixed in its code (`nn.Linear(hidden, 2)`) holds that many only."""
@@ -409,7 +409,7 @@ def forget() -> None:
 # Tables expanded for a config -------------------------------------------------------------------
 
 
-def layout(name: str, config: BertConfig) -> Table:
+def layout(name: str, config: BertConfig) -> Layout:
     """The table called `name` (or in the file `name`), expanded for `config`'s number of
     layers."""
     name = canonical(name)
@@ -417,13 +417,13 @@ def layout(name: str, config: BertConfig) -> Table:
 
 
 @cache
-def _layout(name: str, source, config_key: tuple) -> Table:
+def _layout(name: str, source, config_key: tuple) -> Layout:
     where = tables.TABLES / f"{source}.toml" if isinstance(source, str) else source[0]
     config = BertConfig(**dict(config_key))
     return expand(read(source, config.model_type), name, config, str(where))
 
 
-def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -> Table:
+def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -> Layout:
     """A table already read (and checked), expanded for `config`'s number of layers (`where`:
     its file, for messages)."""
     where = where or name
@@ -459,7 +459,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         "holding": Holding.of(raw),
         "sentence": tuple(raw.get("sentence", {}).items()),
     }
-    return Table(
+    return Layout(
         name,
         raw["description"],
         rows,

@@ -12,7 +12,7 @@ from bertconv.catalog import of
 from bertconv.config import BertConfig
 from bertconv.convert import convert, official_parts, read_official, write_layout
 from bertconv.errors import CheckpointError, TableError, UsageError
-from bertconv.mapping import Row, Table, class_for, layout
+from bertconv.mapping import Layout, Row, class_for, layout
 from bertconv.tables import TABLES, layout_names, read_table, refusal
 from conftest import TINY
 
@@ -287,7 +287,7 @@ def test_transpose_and_concat_transforms_invert_each_other():
         ),
     }
     empty = frozenset()
-    fused = Table(
+    fused = Layout(
         "fused",
         "fused projections, pooler (in, out)",
         rows,

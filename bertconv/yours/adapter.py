@@ -26,7 +26,7 @@ from ..family import (
     same_family,
     ways,
 )
-from ..mapping import Table, class_for, holding_copies, identify, layout, other_labels
+from ..mapping import Layout, class_for, holding_copies, identify, layout, other_labels
 from ..model import BertModel
 from ..outputs import (
     EMBEDDINGS,
@@ -414,7 +414,7 @@ def diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnosi
     return found
 
 
-def _seeded(reading: Reading, ckpt: Checkpoint, table: Table, kept: set, lacking: set, shapes):
+def _seeded(reading: Reading, ckpt: Checkpoint, table: Layout, kept: set, lacking: set, shapes):
     """The conversion the model loads: `reading`'s groups `kept`, and seeded weights for the
     heads `lacking` (the model has them, the checkpoint not) where the model's shapes take
     them; the reading it was made of, and the groups seeded. Seeded, the same weights go to the
@@ -452,7 +452,7 @@ def _seed(shape: tuple[int, ...], g: torch.Generator) -> storage.Tensor:
     return storage.InMemory("F32", tuple(shape), values.numpy().tobytes())
 
 
-def _misplaced(table: Table, config: BertConfig, left: tuple, shapes: dict, spec: str) -> None:
+def _misplaced(table: Layout, config: BertConfig, left: tuple, shapes: dict, spec: str) -> None:
     """Refuse to leave a head of the checkpoint's (in `left[0]`) out where the table places one
     of the model's of its shapes as another (`left[1]`: a 2-class classifier as NSP) or its own."""
     encoder = table.official_shapes(config)
@@ -489,7 +489,7 @@ def _not_compared(table, config: BertConfig, absent, kept) -> list[Note]:
     ] + own * bool(table.own)
 
 
-def _head_names(table: Table, config: BertConfig, groups) -> set[str]:
+def _head_names(table: Layout, config: BertConfig, groups) -> set[str]:
     """The names a table writes for the heads `groups` (the encoder's tensors left out)."""
     encoder = set(table.official_shapes(config))
     official = set(table.official_shapes(config, sorted(groups))) - encoder

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..errors import listed
-from ..mapping import Table
+from ..mapping import Layout
 from ..model import BertModel
 from ..outputs import Output
 from .steps import (
@@ -100,7 +100,7 @@ def _together(names: list[str]) -> str:
     return ", ".join(names)
 
 
-def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=None, varies=False):
+def diagnose(trace: Trace, table: Layout, bert: BertModel, row: Output, pooled=None, varies=False):
     """Take the failing output `row` apart, in a traced forward (`trace`) of a model holding
     BERT's weights through `table` (`pooled`: its pooled output, as verify read it), each step
     recomputed by `bert`, bertconv's model holding the same weights (in float32, on the CPU).
@@ -130,7 +130,7 @@ def diagnose(trace: Trace, table: Table, bert: BertModel, row: Output, pooled=No
     return Diagnosis(str(row), None, math.nan, cause=left_active(trace))
 
 
-def _exchanged_rows(found: Diagnosis, table: Table, config) -> Diagnosis:
+def _exchanged_rows(found: Diagnosis, table: Layout, config) -> Diagnosis:
     """K Q^T is also a table mapping the model's key to BERT's query and its query to BERT's
     key: the model's names say which (`k` given the query's weights, `q` the key's)."""
     p = prefixes(table)

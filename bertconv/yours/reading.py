@@ -6,13 +6,13 @@ import torch
 
 from ..config import BertConfig
 from ..errors import UsageError
-from ..mapping import Table
+from ..mapping import Layout
 from ..outputs import EMBEDDINGS, POOLER, SENTENCE, Head, Note, Output, layer
 from .harness import Run
 from .trace import tensors_in
 
 
-def anchors(table: Table, config: BertConfig, groups: set[str]) -> dict[Output, set[str]]:
+def anchors(table: Layout, config: BertConfig, groups: set[str]) -> dict[Output, set[str]]:
     """{output: the user's tensors whose last use returns it}, through `table`: the embeddings,
     each layer, the pooler and each head of `groups` the table maps (a head by its group)."""
     out = {}

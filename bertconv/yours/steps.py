@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ACTIVATIONS, BertConfig
-from ..mapping import Table
+from ..mapping import Layout
 from ..model import (
     AddNorm,
     BertModel,
@@ -97,7 +97,7 @@ def replacing(given: dict[nn.Module, object], compute: Callable[[], torch.Tensor
         return compute()
 
 
-def prefixes(table: Table, index: int = 0) -> dict[str, str]:
+def prefixes(table: Layout, index: int = 0) -> dict[str, str]:
     """Each unit of the table's architecture -> its official prefix, in layer `index`."""
     units = roles(table.architecture).units
     return {role: prefix.replace("{layer}", str(index)) for role, (prefix, _, _) in units.items()}
@@ -106,7 +106,7 @@ def prefixes(table: Table, index: int = 0) -> dict[str, str]:
 class Values:
     """What the traced model computed at each unit of BERT's, found through its table."""
 
-    def __init__(self, trace: Trace, table: Table, pooled: torch.Tensor | None = None):
+    def __init__(self, trace: Trace, table: Layout, pooled: torch.Tensor | None = None):
         self.trace, self.table, self.pooled = trace, table, pooled
         self.mask = trace.inputs["attention_mask"]
         self.unseen: set[str] = set()  # the table's names no call of the trace reads
