@@ -441,8 +441,8 @@ class OutputDir:
     def _stale(self) -> list[Path]:
         """The files of `replaces` in the directory that this result does not write (never one
         the command reads)."""
-        written = {final.name for _, final in self.staged}
-        present = [self.path / n for n in self.replaces if n not in written]
+        written = {final.relative_to(self.path).as_posix() for _, final in self.staged}
+        present = [self.path / n for n in self.replaces if Path(n).as_posix() not in written]
         return [path for path in present if os.path.lexists(path) and not self._read_here(path)]
 
     def _undo(self) -> None:
