@@ -180,6 +180,17 @@ class Runner:
             outputs, ran_in = self.run_one(batch, device, dtype)
             self.per_batch.append(outputs)
             self.dtypes.append(ran_in)
+        return self.together()
+
+    def rerun(self, which: list[int], batches, device: torch.device, dtype) -> dict:
+        """The batches at `which` run again in `dtype`, their outputs in place of the last run's
+        (the others' kept): all batches' together, as `run` gives them."""
+        for i in which:
+            self.per_batch[i], self.dtypes[i] = self.run_one(batches[i], device, dtype)
+        return self.together()
+
+    def together(self) -> dict[Output, torch.Tensor]:
+        """Every batch's outputs, one after the other (NaN where a batch has none)."""
         keys = dict.fromkeys(k for p in self.per_batch for k in p)  # missing from one: fails
         every = {k: all(k in p for p in self.per_batch) for k in keys}
         nan = torch.tensor(math.nan)

@@ -325,8 +325,7 @@ def _runs(ours: Runner, reference, batches: list[Batch], prepared: list, dtype, 
         if not wide:
             return got, in_float32
         reference.compute([(prepared[i], torch.float64) for i in wide])
-        dtypes = [torch.float64 if i in wide else dtype for i in range(len(prepared))]
-        return ours.run(prepared, dev, dtypes), in_float32
+        return ours.rerun(wide, prepared, dev, torch.float64), in_float32
 
 
 def _rounding_only(ours: Runner, reference, batches: list[Batch], prepared: list) -> list[int]:

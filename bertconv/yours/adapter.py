@@ -296,6 +296,12 @@ class Yours(Runner):
         self.raised = False  # on a batch of every position: its rows NaN
         return super().run(batches, device, dtypes)
 
+    def rerun(self, which: list[int], batches, device: torch.device, dtype) -> dict:
+        for i in which:
+            self.per_batch[i], self.dtypes[i] = self.run_one(batches[i], device, dtype)
+            self.inside[i] = self.inside.pop()  # run_one adds one, for the batch it ran
+        return self.together()
+
     def run_one(self, batch: dict, device: torch.device, dtype: torch.dtype) -> tuple[dict, object]:
         """In `dtype`; where that is float64 and the model's code is not written for it (it
         raises there, or computes NaN, as a float32 mask times finfo(float64).min does), in
