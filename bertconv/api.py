@@ -336,8 +336,9 @@ def _sentences(directory: Path, config) -> "sentence.Encoding | None":
     from .batches import positions, tokenizer
 
     pipeline = sentence.read_pipeline(directory, positions(config))
-    found = tokenizer(directory) if pipeline is not None else None
-    return None if found is None else sentence.Encoding(pipeline, found, config.pad_token_id)
+    if pipeline is None:
+        return None
+    return sentence.Encoding(pipeline, tokenizer(directory), config.pad_token_id)
 
 
 def build(conversion: Conversion, config, mmap: bool = False, read: dict | None = None):

@@ -30,6 +30,7 @@ RANDOM_BATCH, RANDOM_LENGTH, SEED = 4, 48, 0
 # rows: a (tokens, hidden) tensor is never (batch * tokens, hidden) too).
 FULL_ROWS = 2
 TEXT, RANDOM = "tokenized text", "random ids"
+LEFT = "random ids padded on the left"  # the random ids, their padding moved before the tokens
 CHOICES = 2  # multiple choice: a batch's rows are taken in twos, as the choices of one question
 TOKENIZER_LIMIT = 256 << 20  # bytes; the largest real tokenizer.json files are ~20 MB
 
@@ -123,13 +124,14 @@ def positions(config: BertConfig) -> int:
 @dataclass(frozen=True)
 class Batch:
     """One batch both models read: its kind (what `Report.inputs` lists), its tensors, whether it
-    is the twin of the batch before it (its shape, other padding), and whether it reaches every
-    position a sequence may have."""
+    is the twin of the batch before it (its shape, other padding), whether it reaches every
+    position a sequence may have, and whether it is padded on the left."""
 
     kind: str
     tensors: dict[str, torch.Tensor]
     again: bool = False
     full: bool = False
+    left: bool = False
 
     @property
     def longest(self) -> int:
@@ -194,6 +196,11 @@ def pattern(batches: list[Batch], differs: list[bool]) -> str | None:
     if not any(differs) or all(differs):
         return None
     wrong = [b for b, d in zip(batches, differs, strict=True) if d]
+    if all(b.left for b in wrong):
+        return (
+            "right on every batch padded on the right, wrong on the one padded on the left: "
+            "your model computes a sequence otherwise where padding comes before its tokens"
+        )
     if all(b.again for b in wrong):
         return (
             f"right on each batch the first time its shape is run, wrong on the {wrong[0].kind} "
@@ -222,13 +229,15 @@ def inputs(
     config: BertConfig, tok=None, path: Path | None = None, choices: bool = False
 ) -> list[Batch]:
     """The batches both models read: the checkpoint's own tokenizer `tok` (read from `path`) on
-    TEXTS where it ships one, random ids, and random ids of the full length (a model right on
-    short sequences alone is caught), each short one followed by its twin of the same shape,
-    padded otherwise (`repadded`); for multiple choice, rows taken in twos as the choices of one
-    item."""
+    TEXTS where it ships one, random ids, the same padded on the left (as users' batches may
+    be: the checkpoint's own class on them is the reference), and random ids of the full length
+    (a model right on short sequences alone is caught), each short one followed by its twin of
+    the same shape, padded otherwise (`repadded`); for multiple choice, rows taken in twos as
+    the choices of one item."""
     text = tokenizer_batch(tok, config, path)
     kinds = [Batch(TEXT, text)] if text is not None else []
-    kinds.append(Batch(RANDOM, random_batch(config)))
+    random = random_batch(config)
+    kinds += [Batch(RANDOM, random), Batch(LEFT, left_padded(random), again=True, left=True)]
     full = positions(config)
     if full > RANDOM_LENGTH:  # else the random ids are of the full length already
         tensors = random_batch(config, full, FULL_ROWS, others=RANDOM_LENGTH)
@@ -236,7 +245,7 @@ def inputs(
     batches = []
     for b in kinds:  # the batch of every position has none: a shorter twin catches a cache
         twin = Batch(b.kind, repadded(b.tensors, config.pad_token_id), again=True, full=b.full)
-        batches += [b] if b.full else [b, twin]
+        batches += [b] if b.full or b.left else [b, twin]
     if choices:
         return [replace(b, tensors=_in_twos(b.tensors)) for b in batches]
     return batches

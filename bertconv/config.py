@@ -59,6 +59,10 @@ SIZES = {
     "relative_attention_num_buckets": 1 << 12,
 }
 PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+# MPNet's buckets of query-key distance: transformers computes 32 whatever its table's size
+RELATIVE_BUCKETS = 32
+# Sizes that may be 0: none (a BERT's relative attention table, as BertConfig holds it)
+NONE_AT_ZERO = ("relative_attention_num_buckets",)
 
 
 @dataclass
@@ -136,6 +140,13 @@ class BertConfig:
                 f"embedding_size={size!r} differs from hidden_size={d.get('hidden_size')!r}: "
                 "the embeddings are projected up (embeddings_project), which BERT does not do"
             )
+        buckets = d.get("relative_attention_num_buckets")
+        if facts.get("relative_bias") and _is_int(buckets) and buckets < RELATIVE_BUCKETS:
+            problems.append(
+                f"relative_attention_num_buckets={buckets!r}: MPNet looks up {RELATIVE_BUCKETS} "
+                "buckets of query-key distance whatever this says (transformers' as bertconv's), "
+                "and a table of fewer rows has none for the farthest"
+            )
         known = {f.name for f in fields(cls)} - set(CARRIED)
         if facts.get("positions_after_pad") and d.get("pad_token_id", 0) is None:
             problems.append("pad_token_id=None: positions are counted from pad_token_id + 1")
@@ -192,8 +203,9 @@ def _field_problem(name: str, value) -> str | None:
     if name in SIZES:
         if not _is_int(value):
             return f"{name}={value!r} is not an integer"
-        if not 1 <= value <= SIZES[name]:
-            return f"{name}={value!r} is outside 1..{SIZES[name]}"
+        least = 0 if name in NONE_AT_ZERO else 1
+        if not least <= value <= SIZES[name]:
+            return f"{name}={value!r} is outside {least}..{SIZES[name]}"
     elif name == "pad_token_id":
         if not _is_int(value) or value < 0:
             return f"pad_token_id={value!r} is not a token id (an integer >= 0)"

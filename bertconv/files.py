@@ -33,6 +33,7 @@ JSON_LIMIT = 64 << 20  # bytes; config.json is ~1 KB, a large shard index ~100 K
 JSON_DEPTH = 32
 # Staged files: `.NAME.bertconv-<12 hex>.partial`. Only names of this form are ever cleared.
 PARTIAL = re.compile(r"^\..+\.bertconv-[0-9a-f]{12}\.partial$")
+DEPTH = 3  # folders below an output directory where bertconv stages files (a module's)
 
 
 KINDS = {
@@ -343,13 +344,16 @@ class OutputDir:
     def _clear_leftovers(self) -> None:
         """Staged files of a writer that was killed (we hold the lock, so none is writing); never
         one the command reads, nor one of ours."""
-        ours = {tmp.name for tmp, _ in self.staged}
-        for name in os.listdir(self.path):
-            path = self.path / name
-            if not PARTIAL.match(name) or name in ours or _is_directory(path):
-                continue  # a directory is never a file bertconv staged
-            if not self._read_here(path):
-                path.unlink(missing_ok=True)
+        ours = {tmp for tmp, _ in self.staged}
+        for top, folders, names in os.walk(self.path, followlinks=False):
+            # in the module folders too (1_Pooling/), where a conversion stages their files
+            folders[:] = [] if len(Path(top).relative_to(self.path).parts) >= DEPTH else folders
+            for name in names:
+                path = Path(top, name)
+                if not PARTIAL.match(name) or path in ours or _is_directory(path):
+                    continue  # a directory is never a file bertconv staged
+                if not self._read_here(path):
+                    path.unlink(missing_ok=True)
 
     def check_not_source(self, directory: Path, files: list[Path], names: list[str]) -> None:
         """Refuse to write where the source lives: into its directory (by any spelling), or onto

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ACTIVATIONS, BertConfig
+from .config import ACTIVATIONS, RELATIVE_BUCKETS, BertConfig
 
 
 def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -128,7 +128,9 @@ def attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
 
 
-def relative_position_bucket(distance: torch.Tensor, buckets: int = 32, farthest: int = 128):
+def relative_position_bucket(
+    distance: torch.Tensor, buckets: int = RELATIVE_BUCKETS, farthest: int = 128
+):
     """T5's buckets of the distance from a query to a key (key - query), as MPNet uses them:
     half the buckets for keys before the query, half for keys after; within each half, a
     bucket for each distance below a quarter of the buckets (8), then buckets growing

@@ -138,6 +138,29 @@ def exact(value: torch.Tensor) -> torch.Tensor:
     return value.cpu().to(torch.float64 if value.dtype == torch.float64 else torch.float32)
 
 
+def at_token_starts(outputs: dict, batch: dict, heads: list[Head]) -> dict:
+    """`outputs` of the sequences whose first place holds a token, for what is read off that
+    place (the pooler, a head reading it or the first token): a sequence padded on the left
+    has padding there, which carries no meaning, as no hidden state at the padding does (a
+    sentence vector pools the real tokens wherever they are: all kept). Multiple choice's
+    scores: of the items each of whose choices starts with a token."""
+    mask = batch["attention_mask"]
+    starts = mask.reshape(-1, mask.shape[-1])[:, 0].bool()
+    if starts.all():
+        return outputs
+    items = starts.view(mask.shape[:-1]).reshape(mask.shape[0], -1).all(-1)
+    per_token = {h.output for h in heads if h.per_token}
+    out = {}
+    for k, v in outputs.items():
+        if k.hidden or k in per_token or k == SENTENCE or v.dim() == 0:
+            out[k] = v
+        elif len(v) == len(starts):
+            out[k] = v[starts.to(v.device)]
+        else:
+            out[k] = v[items.to(v.device)] if len(v) == len(items) else v
+    return out
+
+
 def truth(dtype: torch.dtype) -> torch.dtype:
     """What a model run in `dtype` is compared against: transformers in float64 where it ran in
     float64, else in float32."""
@@ -202,7 +225,8 @@ class Runner:
         wide = dtype == torch.float64
         self.model.to(device=device, dtype=torch.float32 if wide else dtype)
         with InFloat64() if wide else nullcontext():
-            return self.outputs({k: v.to(device) for k, v in batch.items()}), dtype
+            found = self.outputs({k: v.to(device) for k, v in batch.items()})
+        return at_token_starts(found, batch, self.heads), dtype
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
         return compared(self.model, batch, self.heads)
@@ -219,6 +243,11 @@ class Runner:
     def reference_seeded(self, reference) -> None:
         """Where the model has heads the checkpoint lacks, given seeded weights: the reference
         (reference.Reference) for them, beside `reference`."""
+
+    def on_the_left(self, batch: dict, got: dict, kind: str) -> list[Note]:
+        """Why the model differs on a batch padded on the left (`got`: what it computed on
+        it) where it agrees on right padding, where recomputed; a checkpoint of type `kind`."""
+        return []
 
     def what_head_reads(self, row: Output, batch: dict) -> list[Note]:
         """Where a head's row fails, what the head reads, where that is not what BERT's does."""

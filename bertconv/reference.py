@@ -285,7 +285,9 @@ def _encoded(model, texts: list[str], dtype, path: Path):
     model.to(dtype)
     try:
         with torch.inference_mode():
-            found = model.encode(texts, convert_to_tensor=True, show_progress_bar=False)
+            found = model.encode(  # in one batch, as verify gives the texts to the model
+                texts, batch_size=len(texts), convert_to_tensor=True, show_progress_bar=False
+            )
     except Exception as e:  # its own code, on what the directory asks of it
         reason = (str(e).splitlines() or [type(e).__name__])[0][:300]
         raise CheckpointError(

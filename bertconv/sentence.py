@@ -35,6 +35,9 @@ LEGACY_MODES = {
 ACTIVATIONS = {"Tanh": "tanh", "Identity": None, "ReLU": "relu", "GELU": "gelu",
                "Sigmoid": "sigmoid", "SiLU": "silu"}  # fmt: skip
 ENCODERS = ("Transformer",)
+# What a pipeline's steps read and write, by sentence-transformers' names: the encoder's token
+# states, and the sentence vector Pooling makes of them (and encode returns).
+TOKENS, SENTENCE = "token_embeddings", "sentence_embedding"
 FOLDER_FILES = 256  # files carried of one module's folder at most (Dense has two or three)
 
 
@@ -48,7 +51,8 @@ class Pooling:
 
 @dataclass(frozen=True)
 class Dense:
-    """A projection of the sentence vector, its weights in its folder, then its activation."""
+    """A projection, its weights in its folder, then its activation: of what the pipeline
+    holds under `reads` (the sentence vector, or each token's), held under `writes`."""
 
     folder: Path
     in_features: int
@@ -58,11 +62,17 @@ class Dense:
     # its weights, read with the pipeline into memory ({"linear.weight": storage.InMemory}):
     # nothing computing it reads a file
     tensors: dict = field(default_factory=dict, compare=False, repr=False)
+    reads: str = SENTENCE  # module_input_name
+    writes: str = SENTENCE  # module_output_name
 
 
 @dataclass(frozen=True)
 class Normalize:
-    """The vector divided by its L2 norm."""
+    """What the pipeline holds under `reads` divided by its L2 norm (each token's, where it
+    reads the tokens), held under `writes`."""
+
+    reads: str = SENTENCE
+    writes: str = SENTENCE
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,7 @@ class Pipeline:
     default_prompt_name: str | None = None
     refused: str | None = None  # why bertconv cannot compute its sentence embedding
     padding_side: str = "right"  # tokenizer_config.json's, which sentence-transformers pads on
+    truncation_side: str = "right"  # and truncates on
 
     @property
     def dense(self) -> "Dense | None":
@@ -100,12 +111,15 @@ class Pipeline:
 
 def width(pipeline: Pipeline, hidden: int) -> int:
     """The sentence embedding's width, of an encoder of `hidden` features."""
+    widths = {TOKENS: hidden}
     for step in pipeline.steps:
         if isinstance(step, Pooling):
-            hidden *= len(step.modes)
+            widths[SENTENCE] = widths[TOKENS] * len(step.modes)
         elif isinstance(step, Dense):
-            hidden = step.out_features
-    return hidden
+            widths[step.writes] = step.out_features
+        elif step.reads in widths:
+            widths[step.writes] = widths[step.reads]
+    return widths.get(SENTENCE, hidden)
 
 
 def read_pipeline(directory: Path, positions: int | None = None) -> Pipeline | None:
@@ -118,31 +132,55 @@ def read_pipeline(directory: Path, positions: int | None = None) -> Pipeline | N
     steps, refused = [], []
     for i, module in enumerate(modules):
         kind, path = _module(module, directory, i)
+        where = f"{directory / MODULES}, module {i}"
+        if kind in ENCODERS and path:  # sentence-transformers reads the encoder there
+            refused.append(f"its encoder is the folder {path!r} ({where}), not this checkpoint")
         if kind in ENCODERS:
             continue
         step = READERS[kind](directory / path) if kind in READERS else None
         if step is None:
-            refused.append(f"{module.get('type')!r} ({directory / MODULES}, module {i})")
+            refused.append(f"{module.get('type')!r} ({where})")
         else:
             steps.append(step)
-    if not any(isinstance(s, Pooling) for s in steps):  # token states out, no sentence vector
-        refused.append(f"none that pools the tokens ({directory / MODULES})")
+    refused += _unread(steps, directory / MODULES)
     settings = _json(directory / SETTINGS)
     prompts = _json(directory / PROMPTS)
     tokenizer_config = _json(directory / "tokenizer_config.json")
-    side = tokenizer_config.get("padding_side", "right")
-    if side not in ("left", "right"):
-        raise CheckpointError(f"{directory / 'tokenizer_config.json'}: padding_side {side!r}")
+    sides = [_side(tokenizer_config, f, directory) for f in ("padding_side", "truncation_side")]
+    named = _prompts(prompts, directory / PROMPTS)
     return Pipeline(
         directory,
         tuple(steps),
-        _truncation(settings, tokenizer_config, positions),
+        _truncation(settings, tokenizer_config, positions, directory / SETTINGS),
         bool(settings.get("do_lower_case", False)),
-        _prompts(prompts, directory / PROMPTS),
-        prompts.get("default_prompt_name"),
+        named,
+        _default_prompt(prompts, named, directory / PROMPTS),
         f"modules bertconv does not run: {', '.join(refused)}" if refused else None,
-        side,
+        *sides,
     )
+
+
+def _unread(steps: list, where: Path) -> list[str]:
+    """Why the steps, in order, make no sentence vector as bertconv computes them: one reading
+    what nothing before it wrote (sentence-transformers would fail on it), or no Pooling."""
+    if not any(isinstance(s, Pooling) for s in steps):  # token states out, no sentence vector
+        return [f"none that pools the tokens ({where})"]
+    held = {TOKENS}
+    for step in steps:
+        if isinstance(step, Pooling):
+            held.add(SENTENCE)
+        elif step.reads in held:
+            held.add(step.writes)
+        elif isinstance(step, Dense):  # a Normalize of nothing does nothing
+            return [f"a Dense reading {step.reads!r}, which no module before it writes ({where})"]
+    return []
+
+
+def _side(config: dict, field_name: str, directory: Path) -> str:
+    side = config.get(field_name, "right")
+    if side not in ("left", "right"):
+        raise CheckpointError(f"{directory / 'tokenizer_config.json'}: {field_name} {side!r}")
+    return side
 
 
 def _module(module, directory: Path, index: int) -> tuple[str, str]:
@@ -171,15 +209,29 @@ def carried(directory: Path, links: bool = True) -> list[str]:
     if not files.is_present(directory / MODULES):
         return []
     names = [n for n in FILES if files.is_present(directory / n)]
-    for folder in module_folders(directory):
+    for folder in module_folders(directory, checked=links):
         names += _folder_files(directory, Path(folder), links)
     return list(dict.fromkeys(names))
 
 
-def module_folders(directory: Path) -> list[str]:
-    """The folders of a directory's modules besides the encoder, as modules.json names them."""
-    kinds = [_module(module, directory, i) for i, module in enumerate(_modules(directory))]
-    return [Path(path).as_posix() for kind, path in kinds if kind not in ENCODERS]
+def module_folders(directory: Path, checked: bool = False) -> list[str]:
+    """The folders of a directory's modules besides the encoder (and its, where it is a folder
+    of its own), as modules.json names them. `checked`: each one that sentence-transformers
+    loads a module from there, a folder (Normalize's, which holds nothing, may be missing)."""
+    found = []
+    for i, module in enumerate(_modules(directory)):
+        kind, path = _module(module, directory, i)
+        if not path:
+            continue
+        folder = directory / path
+        if checked and not folder.is_dir() and (files.is_present(folder) or kind != "Normalize"):
+            what = "is not a folder" if files.is_present(folder) else "is not there"
+            raise CheckpointError(
+                f"{folder}: {what}; {directory / MODULES} names it as module {i}'s ({kind}), "
+                "which sentence-transformers loads from there"
+            )
+        found.append(Path(path).as_posix())
+    return found
 
 
 def _modules(directory: Path) -> tuple:
@@ -203,8 +255,8 @@ def _folder_files(directory: Path, folder: Path, links: bool) -> list[str]:
         str(Path(top, name).relative_to(directory))
         for top, _, names in os.walk(root, followlinks=False)
         for name in names
-        if files.is_present(Path(top, name))
-    )
+        if files.is_present(Path(top, name)) and not files.PARTIAL.match(name)
+    )  # a killed conversion's staged files are never carried
     if len(found) > FOLDER_FILES:
         raise CheckpointError(
             f"{root}: {len(found)} files, more than any module's folder holds ({FOLDER_FILES})"
@@ -231,13 +283,35 @@ def _dense(folder: Path) -> Dense | None:
     name = str(config.get("activation_function", "torch.nn.modules.activation.Tanh"))
     if name.rpartition(".")[2] not in ACTIVATIONS or config.get("residual"):
         return None
+    if config.get("use_residual"):  # the input added back (projected where sizes differ)
+        return None
     sizes = [config.get("in_features"), config.get("out_features")]
     if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
         raise CheckpointError(f"{folder / 'config.json'}: in_features and out_features: {sizes}")
-    dense = Dense(
-        folder, *sizes, bool(config.get("bias", True)), ACTIVATIONS[name.rpartition(".")[2]]
-    )
+    reads, writes = _names(config, folder)
+    activation = ACTIVATIONS[name.rpartition(".")[2]]
+    dense = Dense(folder, *sizes, bool(config.get("bias", True)), activation, {}, reads, writes)
     return replace(dense, tensors=_in_memory(dense_tensors(dense)))
+
+
+def _names(config: dict, folder: Path) -> tuple[str, str]:
+    """What a step reads and writes (module_input_name, module_output_name, which defaults to
+    what it reads): names of the features sentence-transformers passes along."""
+    reads = config.get("module_input_name", SENTENCE)
+    writes = config.get("module_output_name", reads)
+    if not isinstance(reads, str) or not isinstance(writes, str):
+        raise CheckpointError(
+            f"{folder / 'config.json'}: module_input_name and module_output_name name a feature "
+            f"({reads!r}, {writes!r})"
+        )
+    return reads, writes
+
+
+def _normalize(folder: Path) -> Normalize:
+    """Normalize: its folder (and config) only where it reads or writes another feature."""
+    if not files.is_present(folder / "config.json"):
+        return Normalize()
+    return Normalize(*_names(files.read_json(folder / "config.json", dict), folder))
 
 
 def _in_memory(tensors: dict) -> dict:
@@ -248,13 +322,19 @@ def _in_memory(tensors: dict) -> dict:
     }
 
 
-READERS = {"Pooling": _pooling, "Dense": _dense, "Normalize": lambda folder: Normalize()}
+READERS = {"Pooling": _pooling, "Dense": _dense, "Normalize": _normalize}
 
 
-def _truncation(settings: dict, tokenizer_config: dict, positions: int | None) -> int | None:
-    """sentence_bert_config.json's max_seq_length where given, else the tokenizer's
-    model_max_length; either capped at the encoder's positions."""
+def _truncation(settings: dict, tokenizer_config: dict, positions, path: Path) -> int | None:
+    """sentence_bert_config.json's max_seq_length where given (a count of tokens, else refused
+    by name), else the tokenizer's model_max_length (transformers' 1e30 for none: the
+    positions); either capped at the encoder's positions."""
     length = settings.get("max_seq_length")
+    if length is not None and (not _count(length) or length < 1):
+        raise CheckpointError(
+            f"{path}: max_seq_length {length!r} is not a number of tokens (an integer of at "
+            "least 1)"
+        )
     if length is None:
         length = tokenizer_config.get("model_max_length")
     if not isinstance(length, (int, float)) or isinstance(length, bool) or length < 1:
@@ -262,11 +342,27 @@ def _truncation(settings: dict, tokenizer_config: dict, positions: int | None) -
     return int(length if positions is None else min(length, positions))
 
 
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _prompts(config: dict, path: Path) -> dict[str, str]:
     prompts = config.get("prompts", {})
     if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
         raise CheckpointError(f"{path}: prompts is not an object of texts")
     return dict(prompts)
+
+
+def _default_prompt(config: dict, prompts: dict, path: Path) -> str | None:
+    """default_prompt_name: one of the prompts' names, or none; else refused as
+    sentence-transformers refuses it."""
+    name = config.get("default_prompt_name")
+    if name is not None and (not isinstance(name, str) or name not in prompts):
+        known = ", ".join(map(repr, prompts)) or "none"
+        raise CheckpointError(
+            f"{path}: default_prompt_name {name!r} is not the name of one of its prompts ({known})"
+        )
+    return name
 
 
 def _config(folder: Path, kind: str) -> dict:
@@ -298,6 +394,14 @@ def texts(pipeline: Pipeline, positions: int) -> list[str]:
     words = max(pipeline.max_seq_length or 0, positions) + 16
     repeated = " ".join((LONG.split() * (words // len(LONG.split()) + 1))[:words])
     return [*TEXTS, repeated]
+
+
+MANY = 33  # texts embedded together: more than encode's 32 a call
+
+
+def many(texts: list[str]) -> list[str]:
+    """MANY texts of several lengths, `texts` taken in turn."""
+    return [texts[i % len(texts)] for i in range(MANY)]
 
 
 def token_counts(tokenizer, texts: list[str], prompt: str = "") -> list[int]:
@@ -348,7 +452,7 @@ def tokenized(pipeline: Pipeline, tokenizer, texts: list[str], prompt: str = "",
         tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase(), *before])
     tokenizer.no_padding()
     if pipeline.max_seq_length:
-        tokenizer.enable_truncation(pipeline.max_seq_length)
+        tokenizer.enable_truncation(pipeline.max_seq_length, direction=pipeline.truncation_side)
     else:
         tokenizer.no_truncation()
     encodings = tokenizer.encode_batch([prompt + text for text in texts])
@@ -397,15 +501,15 @@ def embed(pipeline: Pipeline, tokens, mask, prompt_length: int = 0):
 
     if pipeline.refused:
         raise CheckpointError(f"{pipeline.directory}: no sentence embedding: {pipeline.refused}")
-    x = tokens
+    features = {TOKENS: tokens}  # what sentence-transformers' modules pass along, by name
     for step in pipeline.steps:
         if isinstance(step, Pooling):
-            x = pooled(x, mask, step, prompt_length)
+            features[SENTENCE] = pooled(features[TOKENS], mask, step, prompt_length)
         elif isinstance(step, Dense):
-            x = projected(x, step)
-        else:
-            x = F.normalize(x, p=2, dim=-1)
-    return x
+            features[step.writes] = projected(features[step.reads], step)
+        elif step.reads in features:
+            features[step.writes] = F.normalize(features[step.reads], p=2, dim=-1)
+    return features[SENTENCE]
 
 
 def pooled(tokens, mask, pooling: Pooling, prompt_length: int = 0):
@@ -483,9 +587,23 @@ def placed(rows: dict[str, str], directory: Path) -> dict:
     {} where the directory has no such module."""
     pipeline = read_pipeline(directory) if rows else None
     dense = pipeline.dense if pipeline is not None else None
-    if dense is None:
-        return {}
-    return {name: dense.tensors[which.partition(".")[2]] for name, which in rows.items()}
+    return {} if dense is None else dense_placed(dense, rows)
+
+
+def dense_placed(dense: Dense, rows: dict[str, str]) -> dict:
+    """Dense's tensors under the names a table's [sentence] `rows` give them; a row naming
+    one this Dense does not have (its bias, where it has none) refused, naming both."""
+    out = {}
+    for name, which in rows.items():
+        tensor = which.partition(".")[2]
+        if tensor not in dense.tensors:
+            raise CheckpointError(
+                f"{dense.folder}: this Dense has no {tensor} (its config.json: bias "
+                f"{str(dense.bias).lower()}), where the table's [sentence] row {name!r} places "
+                f"{which}; leave the row out of the table"
+            )
+        out[name] = dense.tensors[tensor]
+    return out
 
 
 def dense_tensors(dense: Dense) -> dict:
@@ -513,7 +631,7 @@ class Encoding:
     tokenizer (a `tokenizers.Tokenizer`), the pad id."""
 
     pipeline: Pipeline
-    tokenizer: object
+    tokenizer: object  # None: the directory has none
     pad_id: int = 0
 
     def encode(self, model, sentences, batch_size: int, prompt_name=None, prompt=None):
@@ -522,6 +640,11 @@ class Encoding:
 
         if isinstance(sentences, str):
             raise TypeError("encode takes a list of sentences; give [sentence] for one")
+        if self.tokenizer is None:
+            raise CheckpointError(
+                f"{self.pipeline.directory}: no tokenizer (tokenizer.json or vocab.txt), which "
+                "encoding texts needs, as sentence-transformers does"
+            )
         text = self.pipeline.prompt(prompt, prompt_name)
         parameter = next(model.parameters())
         out = []
@@ -534,5 +657,7 @@ class Encoding:
             with torch.inference_mode():
                 states = model.encoded(**batch, output_hidden_states=False)[0].last_hidden_state
                 out.append(embed(self.pipeline, states, batch["attention_mask"], length))
-        width = out[0].shape[-1] if out else 0
-        return torch.cat(out) if out else torch.empty(0, width, device=parameter.device)
+        if not out:  # no sentence: none of the directory's width
+            return torch.empty(0, width(self.pipeline, model.config.hidden_size),
+                               device=parameter.device)  # fmt: skip
+        return torch.cat(out)

@@ -433,11 +433,25 @@ def _other_name_problems(table: dict, names: set[str]) -> list[tuple[str, str]]:
     for key in ("ignored", "own"):
         if not all(isinstance(n, str) and n not in names for n in table.get(key, [])):
             problems.append((key, "a list of tensor names, none a row's"))
+    written = _written_patterns(table, names)
     for name, target in table.get("sentence", {}).items():
-        if target not in SENTENCE_TENSORS or name in names or name in table.get("own", []):
+        taken = any(p.fullmatch(name) for p in written) or name in table.get("own", [])
+        if target not in SENTENCE_TENSORS or taken:
             problems.append((f"sentence.{name}", f"one of {', '.join(SENTENCE_TENSORS)}, for a "
-                             "tensor that is neither a row's nor the model's own"))  # fmt: skip
+                             "tensor that is neither one the table's rows, copies or buffers "
+                             "place, nor the model's own"))  # fmt: skip
     return problems
+
+
+def _written_patterns(table: dict, rows: set[str]) -> list[re.Pattern]:
+    """Every name the table places a tensor under, as patterns (`{layer}` any layer): its rows,
+    their tied copies and aliases, its buffers, each under the prefix too."""
+    names = [*rows, *table.get("tied", {}), *table.get("aliases", {}), *table.get("generated", {})]
+    prefix = table.get("prefix", "")
+    names = [n for n in names if isinstance(n, str)]
+    names += [prefix + n for n in names if prefix]
+    layer = re.escape("{layer}")
+    return [re.compile(re.escape(n).replace(layer, LAYER_INDEX)) for n in names]
 
 
 def _row_problems(table: dict, model_type: str) -> list[tuple[str, str]]:

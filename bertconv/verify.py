@@ -15,7 +15,7 @@ import torch
 
 from . import files, sentence, storage
 from .api import Source, build, official, resolve
-from .batches import RANDOM, Batch, inputs, left_padded, pattern, positions, tokenizer
+from .batches import Batch, inputs, pattern, positions, tokenizer
 from .checkpoint import Checkpoint, read_checkpoint
 from .convert import FITTING, Reading, convert_reading
 from .errors import UsageError
@@ -161,15 +161,11 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     batches = inputs(ckpt.config, words, src.path, choices)
     run_in = DTYPES[dtype]
     dtypes = list(dict.fromkeys((torch.float32, run_in)))
-    # RoBERTa's positions follow the padding: a from-scratch BERT's, left-padded, do not
-    random = next(b for b in batches if b.kind == RANDOM)
-    left = [left_padded(random.tensors)] if ckpt.config.positions_after_pad and model else []
     read = {}  # the weights transformers' model read, lent to the compared one (storage.py)
     reference = Reference(ckpt, reading, dev, read=read)
     # transformers' runs first, on the batches as given (as bertconv's model reads them, and
     # most of yours): its model let go before the compared one is built
-    reference.compute([(b.tensors, t) for b in batches for t in dtypes] + [(b, torch.float32)
-                       for b in left])  # fmt: skip
+    reference.compute([(b.tensors, t) for b in batches for t in dtypes])
     ours, name = _ours(ckpt, reading, model, model_layout, read)
     if model is not None:
         read.clear()  # your model holds copies: transformers' would read them again if need be
@@ -178,15 +174,16 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
         ours.sentence_width = sentence.width(pipeline, ckpt.config.hidden_size)
         ours.hold(pipeline)
     prepared = [ours.prepare(b.tensors) for b in batches]
-    left = [ours.prepare(b) for b in left]
     # what the model reads otherwise (its token types zeros, the pad id for a mask it takes
     # none of), and the heads it has that the checkpoint lacks (seeded)
-    reference.compute([(b, t) for b in prepared for t in dtypes] + [(b, torch.float32)
-                       for b in left])  # fmt: skip
+    reference.compute([(b, t) for b in prepared for t in dtypes])
     kinds = list(dict.fromkeys(b.kind for b in batches))
     longest = max(b.longest for b in batches)
     report = Report(src.name, name, str(dev), dtype, kinds, longest, nonfinite=nonfinite)
     got, in_float32 = _runs(ours, reference, batches, prepared, run_in, dev)
+    # a sentence vector the model returns (no row of its own but the sentence row's)
+    returned = [(b, p[SENTENCE]) for b, p in zip(prepared, ours.per_batch, strict=True)
+                if SENTENCE in p]  # fmt: skip
     both = _compared(report, got, reference, prepared, ours.dtypes)
     kinds64 = (b.kind for b, t in zip(batches, ours.dtypes, strict=True) if t == torch.float64)
     report.in_float64 = list(dict.fromkeys(kinds64))
@@ -197,10 +194,12 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     if failing and dtype == "float32":
         differs = _differing(failing, ours, reference, prepared)
         ours.notes += _said(failing, batches, differs)
+        confirmed = _on_the_left(ours, batches, prepared, differs, arch.model_type)
         ours.notes += ours.what_head_reads(failing, prepared[0])
         expected_each = [reference.outputs(b, truth(t))[failing] for b, t in
                          zip(prepared, ours.dtypes, strict=True)]  # fmt: skip
-        taken_apart = not nonfinite and ours.differs_inside(failing, expected_each, FLOAT32_MAX_ABS)
+        inside = ours.differs_inside(failing, expected_each, FLOAT32_MAX_ABS)
+        taken_apart = not nonfinite and not confirmed and inside
         order = _shortest_first(prepared, differs)
     report.float32_full = _in_float32_too(reference, in_float32, both, report.rows)
     if report.float32_full is not None and not report.float32_full.passed and failing is None:
@@ -211,22 +210,24 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
                 "long sequences"
             )
         )
-    if left:
-        ours.notes += ours.left_padded(reference, left[0], dev, FLOAT32_MAX_ABS, arch.model_type)
     report.notes = [str(note) for note in ours.notes]
     if taken_apart:
         report.diagnosis = ours.diagnose(failing, order, ckpt)
     if pipeline is not None:
-        _sentence_row(report, pipeline, ckpt, reading, ours, dev, words)
+        _sentence_row(report, pipeline, ckpt, reading, ours, dev, words, returned, reference)
     return report, ckpt.seen
 
 
-def _sentence_row(report: Report, pipeline, ckpt, reading, ours: Runner, dev, words) -> None:
-    """The `sentence embedding` row of a sentence-transformers directory: the model's last
-    hidden state through the directory's pipeline (pooling, Dense, Normalize), against
-    `SentenceTransformer(DIR).encode` on the same texts: short texts together, then the same in
-    reverse (one shape twice, each row padded otherwise: a model keeping what it computed for a
-    shape gives the first batch's again), and a text past the truncation length alone."""
+def _sentence_row(report: Report, pipeline, ckpt, reading, ours: Runner, dev, words, returned,
+                  reference) -> None:  # fmt: skip
+    """The `sentence embedding` row of a sentence-transformers directory: the model's sentence
+    vector (the one it returns, else its last hidden state through the directory's pipeline:
+    pooling, Dense, Normalize), against `SentenceTransformer(DIR).encode` on the same texts in
+    the same batches: short texts together, then the same in reverse (one shape twice, each row
+    padded otherwise: a model keeping what it computed for a shape gives the first batch's
+    again), a text past the truncation length alone, and more than 32 together; and the vector
+    it returns on verify's own batches (`returned`: [(batch, vector)]), against the pipeline on
+    transformers' last hidden state there."""
     if pipeline.refused:
         report.notes.append(f"sentence embedding not compared: {pipeline.refused}")
         return
@@ -239,17 +240,19 @@ def _sentence_row(report: Report, pipeline, ckpt, reading, ours: Runner, dev, wo
     texts, prompt = sentence.texts(pipeline, positions(ckpt.config)), pipeline.prompt()
     report.sentence_tokens = sentence.token_counts(words, texts, prompt)
     report.sentence_truncation = pipeline.max_seq_length
-    short, long = _sentence_groups(pipeline, ckpt.config)
+    groups = _sentence_groups(pipeline, ckpt.config)
+    short, *_ = groups
     pad = ckpt.config.pad_token_id
-    both = [sentence.tokenized(pipeline, words, t, prompt, pad) for t in (short, short[::-1], long)]
-    batches, length = [b for b, _ in both], both[0][1]
+    given = [sentence.tokenized(pipeline, words, t, prompt, pad) for t in (short[::-1], *groups)]
+    batches, length = [b for b, _ in given], given[0][1]
     run_in = DTYPES[report.dtype]
-    found = sentence_embeddings(ckpt, reading, [short, long], {torch.float32, run_in}, dev)
-    expected = {t: torch.cat([s, s.flip(0), e]) for t, (s, e) in found.items()}
+    found = sentence_embeddings(ckpt, reading, groups, {torch.float32, run_in}, dev)
+    expected = {t: torch.cat([e[0].flip(0), *e]) for t, e in found.items()}
     got, tokens = _embedded(ours, pipeline, batches, length, run_in, dev, ckpt.config)
     truth = expected[torch.float32]
-    if run_in == torch.float32:
-        report.rows.append(_row(SENTENCE, got, truth, FLOAT32_MAX_ABS))
+    if run_in == torch.float32:  # with the vector it returns on verify's batches
+        every = _with_returned(got, truth, returned, pipeline, reference, ckpt.config)
+        report.rows.append(_row(SENTENCE, *every, FLOAT32_MAX_ABS))
     else:
         own = (expected[run_in] - truth).abs().max().item()
         report.rows.append(_row(SENTENCE, got, truth, LOW_PRECISION_FACTOR * own, own))
@@ -260,11 +263,27 @@ def _sentence_row(report: Report, pipeline, ckpt, reading, ours: Runner, dev, wo
             report.diagnosis = diagnosed(pipeline, got, states, mask, length, last.max_abs)
 
 
-def _sentence_groups(pipeline, config) -> tuple[list[str], list[str]]:
-    """The texts the sentence row embeds, in the batches it embeds them: the short ones, and
-    the one past the truncation length alone."""
+def _sentence_groups(pipeline, config) -> tuple[list[str], list[str], list[str]]:
+    """The texts the sentence row embeds, in the batches it embeds them: the short ones
+    together (a batch of none past the truncation length), the one past it alone (one text a
+    call), and more than encode's 32 a call (a port slicing its batch shows there)."""
     texts = sentence.texts(pipeline, positions(config))
-    return texts[:-1], texts[-1:]
+    return texts[:-1], texts[-1:], sentence.many(texts[:-1])
+
+
+def _with_returned(got, truth, returned: list, pipeline, reference, config) -> tuple:
+    """`got` and `truth` with the sentence vectors a model returned on verify's own batches
+    beside them, each against the directory's pipeline on transformers' last hidden state
+    there (NaN where a vector is of another width)."""
+    last = layer(config.num_hidden_layers)
+    for batch, vector in returned:
+        mask = batch["attention_mask"]
+        states = sentence.unflattened(reference.outputs(batch, torch.float32)[last], mask)
+        expected = sentence.embed(pipeline, states, mask)
+        same = vector.shape == expected.shape and got.shape[1:] == expected.shape[1:]
+        got = torch.cat([got, vector]) if same else torch.tensor(math.nan)
+        truth = torch.cat([truth, expected]) if same else truth
+    return got, truth
 
 
 def _embedded(ours: Runner, pipeline, batches: list, prompt_length: int, dtype, dev, config):
@@ -413,6 +432,17 @@ def _said(output: Output, batches: list[Batch], differs: list[bool]) -> list[Not
     shape right the first time and wrong when it comes again padded otherwise, or a length."""
     said = pattern(batches, differs)
     return [Note(f"{output}: {said}")] if said else []
+
+
+def _on_the_left(ours: Runner, batches: list[Batch], prepared: list, differs, kind) -> bool:
+    """Where an output differs on the batch padded on the left alone, why, where recomputed (a
+    note): has it been said?"""
+    left = [i for i, b in enumerate(batches) if b.left]
+    if not left or [i for i, d in enumerate(differs) if d] != left:
+        return False
+    why = ours.on_the_left(prepared[left[0]], ours.per_batch[left[0]], kind)
+    ours.notes += why
+    return bool(why)
 
 
 def _shortest_first(prepared: list, differs: list[bool]) -> list:

@@ -130,24 +130,28 @@ def test_no_token_type_table_fails_where_the_checkpoints_rows_are_not_zeros(kin,
 
 
 @pytest.mark.parametrize(
-    "name, ckpt, note",
+    "name, ckpt, over_padding",
     [("HFRoberta", "RobertaModel", False), ("HFBert", "RobertaModel", True),
      ("HFRobertaForMaskedLM", "RobertaForMaskedLM", False),
      ("HFElectraForPreTraining", "ElectraForPreTraining", False),
      ("MaskedLMDistilBert", "DistilBertForMaskedLM", False)],
 )  # fmt: skip
-def test_verify_without_a_table_holds_the_model_the_way_it_computes(name, ckpt, note, kin, cli):
+def test_verify_without_a_table_holds_the_model_the_way_it_computes(
+    name, ckpt, over_padding, kin, cli
+):
     """Under transformers' own names, with no table: built each way (the type's 34 positions
     counted after the pad id, a BERT's 32 from 0), held the way that computes the checkpoint's
-    embeddings. A BERT counting from 0 passes with the left-padding note. RoBERTa's masked LM
-    holds its decoder tied, and its bias under both of transformers' names; ELECTRA's
+    embeddings. A BERT counting from 0 agrees on right padding and FAILS on the batch padded on
+    the left, where RoBERTa counts from the first real token: said, and recomputed so. RoBERTa's
+    masked LM holds its decoder tied, and its bias under both of transformers' names; ELECTRA's
     discriminator is compared as its own head."""
     code, out, err = cli("verify", kin[ckpt], "--model", model(name))
-    assert code == 0 and "PASSED" in out, out + err
+    assert code == (1 if over_padding else 0), out + err
     head = {"HFRobertaForMaskedLM": "mlm logits", "MaskedLMDistilBert": "mlm logits",
             "HFElectraForPreTraining": "discriminator logits"}.get(name)  # fmt: skip
     assert head is None or any(line.startswith(head) for line in out.splitlines()), out
-    assert ("It numbers positions from 0" in out) == note, out
+    said = "agrees on right padding: it numbers positions from the start of each row, over the"
+    assert (said in out) == over_padding, out
 
 
 def test_verify_without_a_table_names_a_distilbert_bug(kin, cli):

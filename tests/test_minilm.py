@@ -21,7 +21,10 @@ def test_parity_with_transformers_layer_by_layer(minilm):
     assert report.sentence_truncation == 256  # sentence_bert_config.json's, not the positions
     assert max(report.sentence_tokens) > 512 and not report.notes
     assert report.float32_full.passed  # the 512-position batch in float32 too
-    assert report.inputs == ["tokenized text", "random ids", "random ids of all 512 positions"]
+    assert report.inputs == [
+        "tokenized text", "random ids", "random ids padded on the left",
+        "random ids of all 512 positions",
+    ]  # fmt: skip
     assert report.longest_sequence == 512  # every position MiniLM has
     # bertconv's float32 agrees with transformers' at every position: no batch needs float64
     assert report.in_float64 == []

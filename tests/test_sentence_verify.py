@@ -335,3 +335,45 @@ def test_a_sentence_encoder_that_must_not_pass_fails(table, encoder, minilm, tmp
         assert code == 1 and "PASSED" not in printed, printed + err
         row = next(line for line in printed.splitlines() if line.startswith("sentence embedding"))
         assert "FAIL" in row
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["SlicedBatch", "OneTextSqueezed", "AllThreeCls", "MeanOverPadding"],
+)
+def test_a_sentence_encoder_wrong_on_batches_users_send_fails_at_its_row(
+    model, encoder, tmp_path, cli
+):
+    """The sixth pass: wrong beyond 8 texts a call, at one text a call, pooling the padding of
+    a batch of short texts, or returning a wrong sentence vector beside a right pooler and last
+    layer: each FAILS at its sentence row, its encoder's rows right; never PASSED."""
+    out = _form(encoder, tmp_path / "st", "mean")
+    table = tmp_path / "mine.toml"
+    named = "AllThree" if model.startswith("AllThree") else "MeanPooled"  # of the same names
+    code, printed, err = cli(
+        "infer", f"{ZOO}:{named}", "--config", out / "config.json", "--out", table
+    )
+    assert code == 0, printed + err
+    code, printed, err = cli("verify", out, "--model", f"{ZOO}:{model}", "--layout", table)
+    assert code == 1 and "PASSED" not in printed, printed + err
+    lines = printed.splitlines()
+    assert next(line for line in lines if line.startswith("sentence embedding")).endswith("FAIL")
+    encoder_rows = [line for line in lines if line.startswith(("embeddings ", "layer "))]
+    assert encoder_rows and all(line.endswith("ok") for line in encoder_rows), printed
+
+
+@pytest.mark.parametrize("model", ["AllThree", "PoolerAndVector"])
+def test_a_right_encoder_returning_its_vector_beside_a_pooler_passes(model, encoder, tmp_path, cli):
+    """A per-text vector of the directory's width that is not the pooler it computes is its
+    sentence embedding, compared as such: returned beside the pooler, or alone while the pooler
+    runs inside (it FAILED at the pooler, "no output computed inside it in its place")."""
+    out = _form(encoder, tmp_path / "st", "mean")
+    table = tmp_path / "mine.toml"
+    code, printed, err = cli(
+        "infer", f"{ZOO}:{model}", "--config", out / "config.json", "--out", table
+    )
+    assert code == 0, printed + err
+    code, printed, err = cli("verify", out, "--model", f"{ZOO}:{model}", "--layout", table)
+    assert code == 0 and "PASSED" in printed, printed + err
+    assert any(line.startswith("sentence embedding") for line in printed.splitlines())
+    assert any(line.startswith("pooler") for line in printed.splitlines())

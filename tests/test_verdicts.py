@@ -57,9 +57,10 @@ def test_each_short_shape_is_run_twice_padded_otherwise_and_one_batch_reaches_ev
     assert [(b.kind, b.again) for b in batches] == [
         ("random ids", False),
         ("random ids", True),
+        ("random ids padded on the left", True),  # the same rows, as users may send them
         ("random ids of all 64 positions", False),  # once: a cache by shape shows on the twin
     ]
-    for first, twin in [batches[:2]]:
+    for first, twin in [batches[:2], batches[::2][:2]]:
         assert first.tensors["input_ids"].shape == twin.tensors["input_ids"].shape
         assert not torch.equal(first.tensors["attention_mask"], twin.tensors["attention_mask"])
         pads = twin.tensors["input_ids"][twin.tensors["attention_mask"] == 0]

@@ -35,13 +35,14 @@ from ..outputs import (
     Note,
     Output,
     Runner,
+    at_token_starts,
     exact,
     heads,
     layer,
     no_tf32,
 )
 from ..reference import Reference
-from ..sentence import dense_weights
+from ..sentence import dense_placed
 from ..tables import BERT_HOLDING, holding_of
 from .diagnose import Diagnosis, diagnose
 from .fence import APPLIED, shipped
@@ -212,9 +213,10 @@ class Yours(Runner):
             said = "the directory has no Dense layer: your model's own weights kept"
             self.notes.append(Note(f"{listed(sorted(rows))}: {said}"))
             return
-        held, given = self.model.state_dict(keep_vars=True), dense_weights(dense)
+        held = self.model.state_dict(keep_vars=True)
+        given = storage.all_to_torch(dense_placed(dense, rows))
         for name, which in rows.items():
-            tensor = given[which.partition(".")[2]]
+            tensor = given[name]
             if name not in held or held[name].shape != tensor.shape:
                 found = tuple(held[name].shape) if name in held else "no such tensor"
                 raise CheckpointError(
@@ -313,6 +315,7 @@ class Yours(Runner):
             said, inside, misread = list(self.notes), len(self.inside), set(self.misread)
             try:
                 outputs, ran_in = super().run_one(batch, device, t)
+                self.inside[-1] = at_token_starts(self.inside[-1], batch, self.heads)
             except UserCodeError as e:
                 error, why = e, e.did
             else:
@@ -356,36 +359,36 @@ class Yours(Runner):
             if got  # a batch it ran, not one it raised on
         )
 
-    def left_padded(self, reference, prepared: dict, device, limit: float, kind: str) -> list:
-        """A note (never a failure) where the model differs on a left-padded batch (`prepared`:
-        as the model reads it) from `reference`, on a checkpoint of type `kind`: the verdict
-        comes from right-padded ones. The cause is said only where recomputed: bertconv's BERT,
-        holding the same weights and numbering positions from 0, computes what the model
-        computes."""
-        with no_tf32():
-            got = self.run([prepared], device, [torch.float32])
-        expected = reference.outputs(prepared, torch.float32)
-        hidden = [k for k in expected if k.hidden and k in got]
-        gaps = {k: float((got[k] - expected[k]).abs().max()) for k in hidden}
-        worst = max(gaps, key=gaps.get, default=None)  # the first of equals
-        if worst is None or not gaps[worst] > limit or not self._from_zero(prepared, got, limit):
-            return []
+    def on_the_left(self, batch: dict, got: dict, kind: str) -> list[Note]:
+        """Where the model differs on a batch padded on the left alone: it agrees on right
+        padding, and (where recomputed: bertconv's model holding the same weights, given the
+        padding's places as tokens for their positions, computes what it computes) it numbers
+        positions over the padding, where the checkpoint's class counts them from the first
+        real token."""
+        said = "the batch padded on the left: your model differs there and agrees on right padding"
+        if not self._over_the_padding(batch, got):
+            return [Note(f"{said} (no cause bertconv recomputed explains it)")]
         return [
             Note(
-                f"a left-padded batch: your model differs (max abs {gaps[worst]:.1e} at {worst}). "
-                f"It numbers positions from 0 where {kind} counts them from the first real "
-                "token; the verdict comes from right-padded batches, where the two agree"
+                f"{said}: it numbers positions from the start of each row, over the padding, "
+                f"where {kind} counts them from its first real token (recomputed so, bertconv's "
+                "model computes what yours does)"
             )
         ]
 
-    def _from_zero(self, prepared: dict, got: dict, limit: float) -> bool:
-        """Does bertconv's BERT (positions from 0), holding the model's weights as read, compute
-        the model's hidden states on `prepared`?"""
-        if self.ckpt.config.positions_after_pad:  # held as RoBERTa counts them: not from 0
-            return False
+    def _over_the_padding(self, batch: dict, got: dict) -> bool:
+        """Does bertconv's model holding the model's weights as read compute its hidden states
+        on `batch` when every padded place counts as a token for the positions (an id other
+        than the pad id there; the mask still hides it)?"""
+        config, counted = self.ckpt.config, batch  # a BERT's positions count every place
+        if config.positions_after_pad:  # RoBERTa's count the places whose id is not the pad id
+            other = (config.pad_token_id + 1) % config.vocab_size
+            real = batch["attention_mask"].bool()
+            counted = {**batch, "input_ids": torch.where(real, batch["input_ids"], other)}
         with no_tf32():
-            ours, _ = Runner(self._bert(), []).run_one(prepared, torch.device("cpu"), torch.float32)
+            ours, _ = Runner(self._bert(), []).run_one(counted, torch.device("cpu"), torch.float32)
         hidden = [k for k in ours if k.hidden and k in got]
+        limit = FLOAT32_MAX_ABS
         return bool(hidden) and all(float((got[k] - ours[k]).abs().max()) <= limit for k in hidden)
 
     def _never_used(self, label: Output) -> None:

@@ -213,12 +213,8 @@ def _standing_for(output, named: dict, last: Output, mask, sentence: int | None)
             continue
         if _per_token(t, hidden):
             label = labels.get(id(t), last)
-        elif value.shape == (len(mask), hidden) and POOLER in named:
-            label = POOLER
-        elif sentence and value.dim() == 2 and len(value) == len(mask) and value.shape[-1] in (
-            hidden, sentence,
-        ):  # fmt: skip
-            label = SENTENCE  # no pooler: a sentence vector (before Dense, or after) is this
+        elif _sentence_vector(value, mask, hidden, sentence, named):
+            label = SENTENCE  # not the pooler: a sentence vector (before Dense, or after)
         elif value.shape == (len(mask), hidden):
             label = POOLER
         else:
@@ -227,6 +223,15 @@ def _standing_for(output, named: dict, last: Output, mask, sentence: int | None)
         if label in named or label == SENTENCE:
             out.setdefault(label, []).append(value)
     return out
+
+
+def _sentence_vector(value, mask, hidden: int, sentence: int | None, named: dict) -> bool:
+    """Where the directory computes a sentence vector of width `sentence`: is `value` one vector
+    per sequence of that width (or the encoder's), and not the pooler the model computes?"""
+    widths = (hidden, sentence)
+    per_text = value.dim() == 2 and len(value) == len(mask) and value.shape[-1] in widths
+    pooler = POOLER in named and bool(_equal_to(value, {POOLER: named[POOLER]}))
+    return bool(sentence) and per_text and not pooler
 
 
 def _set_against(label: Output, values: list, named: dict, dtype) -> tuple:

@@ -137,3 +137,70 @@ class FirstTokensOnly(MeanPooled):
 
     def pool(self, x, attention_mask):
         return super().pool(x[:, :128], attention_mask[:, :128])
+
+
+class SlicedBatch(MeanPooled):
+    """Must not pass: pools each text of a call of more than 8 by the batch's ninth row's mask
+    (a slicing slip, `mask[:8]` where it meant the whole batch): right on 8 texts or fewer."""
+
+    def pool(self, x, attention_mask):
+        if len(attention_mask) > 8:
+            rest = attention_mask[8:9].expand(len(x) - 8, -1)
+            attention_mask = torch.cat([attention_mask[:8], rest])
+        return super().pool(x, attention_mask)
+
+
+class OneTextSqueezed(MeanPooled):
+    """Must not pass: squeezes a batch of one text to (T, H) before pooling, so that the mean
+    over its second dimension is each token's over the features, of which it keeps the first
+    H: right on every batch of two texts or more."""
+
+    def pool(self, x, attention_mask):
+        if len(x) == 1:
+            squeezed = x.squeeze()  # (T, H): the batch dimension gone
+            return squeezed.mean(1)[None, : x.shape[-1]]
+        return super().pool(x, attention_mask)
+
+
+class Pooler(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        return torch.tanh(self.dense(x[:, 0]))
+
+
+class AllThree(MeanPooled):
+    """BERT's pooler too (MiniLM has its weights), returning what transformers' output class
+    holds and the sentence vector beside: `sentence_pool` is how it pools that vector."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.pooler = Pooler(config.hidden_size)
+
+    def sentence_pool(self, x, attention_mask):
+        return self.pool(x, attention_mask)
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        x = self.tokens(input_ids, attention_mask, token_type_ids)
+        vector = F.normalize(self.sentence_pool(x, attention_mask), p=2, dim=-1)
+        pooled = self.pooler(x)
+        return {"last_hidden_state": x, "pooler_output": pooled, "sentence_embedding": vector}
+
+
+class AllThreeCls(AllThree):
+    """Must not pass: its sentence vector is the first token's, where the directory pools by
+    mean (its pooler and last layer right)."""
+
+    def sentence_pool(self, x, attention_mask):
+        return x[:, 0]
+
+
+class PoolerAndVector(AllThree):
+    """Runs its pooler, and returns the directory's sentence vector alone: right."""
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        x = self.tokens(input_ids, attention_mask, token_type_ids)
+        self.pooler(x)  # computed (a pooler a model holds and runs), not returned
+        return F.normalize(self.sentence_pool(x, attention_mask), p=2, dim=-1)
