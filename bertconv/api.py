@@ -109,7 +109,7 @@ def fetch_source(remote: "hub.Remote", say=_quiet) -> Source:
 
 def up_to_date(out: Path, source: str, revision: str, layout: str, selection: Selection) -> bool:
     """Does `out` already hold `source` at `revision`, converted into `layout` with the same
-    choice of groups?"""
+    choice of groups, every file of it there as written (record.intact)?"""
     meta = read_metadata(Path(out) / "model.safetensors")
     wanted = {
         SOURCE_KEY: source,
@@ -119,9 +119,8 @@ def up_to_date(out: Path, source: str, revision: str, layout: str, selection: Se
     }
     if recorded_name(recorded_as(layout)):  # a table of yours: the same one, byte for byte
         wanted[TABLE_KEY] = digest(table_bytes(layout))
-    return (Path(out) / "config.json").is_file() and all(
-        meta.get(k) == v for k, v in wanted.items()
-    )
+    same = all(meta.get(k) == v for k, v in wanted.items())
+    return same and (Path(out) / "config.json").is_file() and record.intact(Path(out))
 
 
 @dataclass

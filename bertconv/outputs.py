@@ -244,6 +244,10 @@ class Runner:
         """Where the model has heads the checkpoint lacks, given seeded weights: the reference
         (reference.Reference) for them, beside `reference`."""
 
+    def reads_left_padding(self) -> bool:
+        """Can the model be given a batch padded on the left (its inputs saying where)?"""
+        return True
+
     def on_the_left(self, batch: dict, got: dict, kind: str) -> list[Note]:
         """Why the model differs on a batch padded on the left (`got`: what it computed on
         it) where it agrees on right padding, where recomputed; a checkpoint of type `kind`."""

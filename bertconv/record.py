@@ -77,6 +77,18 @@ def strangers(directory: Path, names: list[str]) -> dict[str, str]:
     return why
 
 
+def intact(directory: Path) -> bool:
+    """Is the output in `directory` whole, as bertconv wrote it: its weights file as its seal
+    says, and every file its record lists there as recorded (one lost or changed since, a
+    module folder's, the tokenizer's: the result is no longer what it records)? A listed name
+    leading out of the directory is never looked up: the record is not whole."""
+    if not _self_recorded(directory / WEIGHTS):
+        return False
+    listed = _listed(directory)
+    inside = all(not Path(n).is_absolute() and ".." not in Path(n).parts for n in listed)
+    return inside and all(_as_listed(directory / n, entry) for n, entry in listed.items())
+
+
 def _listed(directory: Path) -> dict[str, dict]:
     """The files the records in `directory` list: name -> its checksum as written."""
     found = _entries(_metadata(directory / WEIGHTS).get(FILES_KEY))

@@ -72,9 +72,12 @@ def test_verify_reports_every_layer_and_both_heads_as_json(checkpoints):
     report = json.loads(result.stdout)
     names = [row["name"] for row in report["rows"]]
     assert names == ["embeddings", "layer 1", "layer 2", "pooler", "mlm logits", "nsp logits"]
-    full = report["float32_full"]  # the 64-position batch, run in float32 too
+    full = report["float32_full"]  # the 64-position batch, in float32
     assert full["passed"] and full["max_abs"] <= full["limit"] == 1e-4
-    assert report["inputs"] == ["tokenized text", "random ids", "random ids of all 64 positions"]
+    assert report["inputs"] == [
+        "tokenized text", "random ids", "random ids padded on the left",
+        "random ids of all 64 positions",
+    ]  # fmt: skip
     assert report["longest_sequence"] == 64
     assert not [key for key in report if "max" in key]  # the word is kept for differences
     assert report["passed"] and all(

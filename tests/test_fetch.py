@@ -107,6 +107,24 @@ def test_a_second_fetch_does_no_work_and_says_so(hub, env, tmp_path):
     assert [r.path for r in new if "/resolve/" in r.path] == []  # asked only which commit main is
 
 
+@pytest.mark.parametrize("lost", ["vocab.txt", "config.json", "changed"])
+def test_a_second_fetch_into_an_output_that_lost_a_file_restores_it(lost, hub, env, tmp_path):
+    """Up to date only where every file the output records is there as recorded: one lost
+    (or changed since) is written again, not "nothing to do"."""
+    out = tmp_path / "out"
+    assert bertconv("fetch", "org/tiny", "--out", str(out), env=env).returncode == 0
+    if lost == "changed":
+        (out / "vocab.txt").write_text((out / "vocab.txt").read_text() + "extra\n")
+    else:
+        (out / lost).unlink()
+    again = bertconv("fetch", "org/tiny", "--out", str(out), env=env)
+    if lost == "changed":  # the user's now: refused, never replaced
+        assert again.returncode == 7 and "vocab.txt" in again.stderr, again.stderr
+        return
+    assert again.returncode == 0 and "nothing to do" not in again.stderr, again.stderr
+    assert (out / lost).is_file()
+
+
 @pytest.mark.parametrize("to", ["bertconv", "google-tf"])
 def test_fetch_into_a_folder_of_the_users_refuses_before_downloading(to, hub, env, tmp_path):
     """`fetch --out .` in a folder holding the user's own tokenizer (and files bertconv never

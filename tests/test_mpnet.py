@@ -3,6 +3,7 @@ attention bias perturbed off its initial value, through verify, load (right and 
 sequences past the farthest bucket), a round trip, inspect; layouts without the bias refused; a
 sentence-transformers MPNet directory end to end."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -188,3 +189,19 @@ def test_fetch_brings_an_mpnet_repository_with_its_tokenizer(mpnet, tmp_path):
     ours = load_file(out / "model.safetensors")
     assert "encoder.relative_attention_bias.weight" in ours
     assert verify(str(out), device="cpu").passed
+
+
+@pytest.mark.parametrize("buckets", [1, 16, 31])
+def test_fewer_than_32_buckets_are_refused_when_config_json_is_read(buckets, mpnet, tmp_path, cli):
+    """transformers' MPNet (and bertconv's) looks up 32 buckets of distance whatever config.json
+    says: a table of fewer rows has none for the farthest (transformers fails on it too, an
+    IndexError at the first forward). Refused by name when read, exit 4."""
+    src = tmp_path / "src"
+    shutil.copytree(mpnet["MPNetModel"], src)
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(
+        json.dumps(config | {"relative_attention_num_buckets": buckets})
+    )
+    code, _, err = cli("convert", src, "--out", tmp_path / "o")
+    assert code == 4 and f"relative_attention_num_buckets={buckets}" in err, err
+    assert "32 buckets" in err and not (tmp_path / "o").exists()

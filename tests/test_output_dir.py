@@ -413,3 +413,37 @@ def test_each_output_records_the_files_it_wrote(rich, tmp_path, cli):
     written = sorted(set(names(tmp_path / "tf")) - {"bertconv-manifest.json"})
     assert manifest["written by"] == "bertconv" and sorted(manifest["files"]) == written
     assert all(manifest["files"][n] == crc32c((tmp_path / "tf" / n).read_bytes()) for n in written)
+
+
+def test_a_result_of_another_form_leaves_no_file_of_the_earlier_one(rich, tmp_path, cli):
+    """transformers' names, then google-tf from a sentence-transformers directory into the same
+    OUT: the earlier model.safetensors and config.json go, though the new result writes a
+    config.json of its own, in 1_Pooling/ (the earlier result's files were told from this one's
+    by their names alone)."""
+    from st_dirs import encoder, written
+
+    out = tmp_path / "out"
+    assert cli("convert", rich, "--to", "transformers", "--out", out)[0] == 0
+    st = written(encoder(tmp_path / "enc"), tmp_path / "st", "mean")
+    code, _, err = cli("convert", st, "--to", "google-tf", "--out", out)
+    assert code == 0, err
+    assert not (out / "model.safetensors").exists() and not (out / "config.json").exists()
+    assert (out / "bert_config.json").is_file() and (out / "1_Pooling" / "config.json").is_file()
+
+
+def test_a_killed_conversions_staged_files_in_a_module_folder_are_cleared_never_carried(
+    tmp_path, cli
+):
+    from bertconv.files import PARTIAL
+    from st_dirs import encoder, written
+
+    st = written(encoder(tmp_path / "enc"), tmp_path / "st", "mean")
+    out = tmp_path / "out"
+    assert cli("convert", st, "--out", out)[0] == 0
+    left = out / "1_Pooling" / ".config.json.bertconv-0123456789ab.partial"
+    left.write_text("{}")  # as a conversion killed while staging leaves it
+    assert PARTIAL.match(left.name)
+    assert cli("convert", out, "--to", "minbert", "--out", tmp_path / "again")[0] == 0
+    assert not list((tmp_path / "again" / "1_Pooling").glob("*.partial"))  # not carried
+    assert cli("convert", st, "--out", out)[0] == 0
+    assert not left.exists()  # cleared as at the top level

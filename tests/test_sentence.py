@@ -250,3 +250,135 @@ def test_encode_refuses_a_pipeline_with_a_module_bertconv_does_not_run(encoder, 
     assert model(torch.tensor([[5, 6]])).last_hidden_state.shape == (1, 2, 16)
     with pytest.raises(CheckpointError, match="modules bertconv does not run: 'my_package"):
         model.encode(["a b"])
+
+
+# The sixth pass: directories read as sentence-transformers reads them ----------------------------
+
+LONG = ["paris is the capital of france and its museums are open on sundays " * 3, "ok"]
+
+
+def _st(out):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(str(out), device="cpu")
+
+
+def test_a_tokenizer_truncating_on_the_left_is_truncated_so(encoder, tmp_path):
+    import bertconv
+
+    out = written(encoder, tmp_path / "st", "mean")
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    (out / "tokenizer_config.json").write_text(json.dumps(config | {"truncation_side": "left"}))
+    expected = _st(out).encode(LONG, convert_to_tensor=True)
+    assert read_pipeline(out, 24).truncation_side == "left"
+    assert (bertconv.load(out).encode(LONG) - expected).abs().max() <= 1e-5
+
+
+def _module_config(out, folder: str, **fields):
+    path = out / folder / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    config = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps(config | fields))
+
+
+def test_a_side_output_dense_and_a_normalize_of_the_tokens_compute_as_sentence_transformers(
+    encoder, tmp_path
+):
+    """module_input_name / module_output_name (sentence-transformers 5 and 6 write them): a Dense
+    writing another feature leaves the sentence vector as it is; a Normalize of the tokens
+    before Pooling normalises each token."""
+    import bertconv
+
+    out = written(encoder, tmp_path / "st", "mean", dense=torch.nn.Tanh())
+    _module_config(out, "2_Dense", module_output_name="projected")
+    expected = _st(out).encode(LONG, convert_to_tensor=True)
+    assert expected.shape == (2, 16)
+    assert (bertconv.load(out).encode(LONG) - expected).abs().max() <= 1e-5
+    out = written(encoder, tmp_path / "norm", "mean", normalize=False)
+    modules = json.loads((out / "modules.json").read_text())
+    normalize = {"path": "0_Normalize", "type": "sentence_transformers.base.modules.Normalize"}
+    modules.insert(1, normalize)
+    modules = [m | {"idx": i, "name": str(i)} for i, m in enumerate(modules)]
+    (out / "modules.json").write_text(json.dumps(modules))
+    _module_config(out, "0_Normalize", module_input_name="token_embeddings")
+    expected = _st(out).encode(LONG, convert_to_tensor=True)
+    assert (bertconv.load(out).encode(LONG) - expected).abs().max() <= 1e-5
+
+
+def test_a_dense_reading_what_nothing_writes_refuses_the_sentence_embedding(encoder, tmp_path):
+    out = written(encoder, tmp_path / "st", "mean", dense=torch.nn.Tanh())
+    _module_config(out, "2_Dense", module_input_name="nowhere")
+    assert (
+        "a Dense reading 'nowhere', which no module before it writes"
+        in read_pipeline(out, 24).refused
+    )
+
+
+def test_an_encoder_in_a_folder_of_its_own_is_refused_for_the_sentence_embedding(
+    encoder, tmp_path, cli
+):
+    """modules.json's Transformer at `0_Transformer` beside another checkpoint at the top:
+    sentence-transformers encodes with the folder's, so bertconv's sentence vector of the top
+    one is refused by name; convert carries the folder, so that the output still loads."""
+    import shutil
+
+    out = written(encoder, tmp_path / "st", "mean")
+    shutil.copytree(encoder, out / "0_Transformer")
+    modules = json.loads((out / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (out / "modules.json").write_text(json.dumps(modules))
+    assert "its encoder is the folder '0_Transformer'" in read_pipeline(out, 24).refused
+    assert cli("convert", out, "--to", "minbert", "--out", tmp_path / "o")[0] == 0
+    assert (tmp_path / "o" / "0_Transformer" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("name", [["query"], 3, "nowhere"])
+def test_a_default_prompt_name_not_among_the_prompts_is_refused_by_name(name, encoder, tmp_path):
+    out = written(encoder, tmp_path / "st", "mean", prompts={"query": "query: "})
+    path = out / "config_sentence_transformers.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"default_prompt_name": name}))
+    with pytest.raises(CheckpointError, match="default_prompt_name .* is not the name of one"):
+        read_pipeline(out, 24)
+
+
+@pytest.mark.parametrize("length", ["8", 0, -5, 8.7, True])
+def test_a_max_seq_length_that_is_no_count_of_tokens_is_refused_by_name(length, encoder, tmp_path):
+    out = written(encoder, tmp_path / "st", "mean")
+    path = out / "sentence_bert_config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"max_seq_length": length}))
+    with pytest.raises(CheckpointError, match="max_seq_length .* is not a number of tokens"):
+        read_pipeline(out, 24)
+
+
+@pytest.mark.parametrize("made", ["missing", "a file"])
+def test_a_module_folder_that_is_not_a_folder_is_refused_and_nothing_written(
+    made, encoder, tmp_path, cli
+):
+    import shutil
+
+    out = written(encoder, tmp_path / "st", "mean")
+    shutil.rmtree(out / "1_Pooling")
+    if made == "a file":
+        (out / "1_Pooling").write_text("pooling")
+    code, _, err = cli("convert", out, "--out", tmp_path / "o")
+    assert code == 4 and "1_Pooling: is not" in err and not (tmp_path / "o").exists(), err
+
+
+def test_a_sentence_directory_without_a_tokenizer_says_which_files_it_needs(encoder, tmp_path):
+    import bertconv
+    from bertconv.errors import BertconvError
+
+    out = written(encoder, tmp_path / "st", "mean")
+    for name in ("tokenizer.json", "vocab.txt"):
+        (out / name).unlink(missing_ok=True)
+    with pytest.raises(BertconvError, match="no tokenizer \\(tokenizer.json or vocab.txt\\)"):
+        bertconv.load(out).encode(["a man"])
+
+
+def test_encode_of_no_sentence_is_none_of_the_directorys_width(encoder, tmp_path):
+    import bertconv
+
+    out = written(encoder, tmp_path / "st", "mean", dense=torch.nn.Tanh())
+    assert bertconv.load(out).encode([]).shape == (0, 8)

@@ -377,3 +377,42 @@ def test_a_right_encoder_returning_its_vector_beside_a_pooler_passes(model, enco
     assert code == 0 and "PASSED" in printed, printed + err
     assert any(line.startswith("sentence embedding") for line in printed.splitlines())
     assert any(line.startswith("pooler") for line in printed.splitlines())
+
+
+def test_a_sentence_row_for_a_bias_the_dense_lacks_is_refused_naming_both(
+    dense_table, tmp_path, cli
+):
+    """The directory's Dense saved without a bias, the table placing one: exit 4 in verify and
+    in convert (it was a KeyError, exit 70), nothing written."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    directory, table = dense_table
+    biasless = tmp_path / "st"
+    shutil.copytree(directory, biasless)
+    dense = biasless / "2_Dense"
+    save_file({"linear.weight": load_file(dense / "model.safetensors")["linear.weight"]},
+              dense / "model.safetensors")  # fmt: skip
+    config = json.loads((dense / "config.json").read_text())
+    (dense / "config.json").write_text(json.dumps(config | {"bias": False}))
+    code, _, err = cli("verify", biasless, "--model", f"{ZOO}:WithDense", "--layout", table)
+    assert code == 4 and "this Dense has no linear.bias" in err and "'dense.bias'" in err, err
+    code, _, err = cli("convert", biasless, "--to", table, "--out", tmp_path / "o")
+    assert code == 4 and "this Dense has no linear.bias" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_sentence_row_naming_a_tensor_a_row_places_is_refused(dense_table, tmp_path, cli):
+    """A [sentence] row naming one of the model's tensors the rows place already (a layer's,
+    under `{layer}`): Dense's weight would replace it silently; refused naming the row."""
+    directory, table = dense_table
+    text = table.read_text()
+    row = next(line.split(" = ")[0].strip('"') for line in text.splitlines()
+               if "{layer}" in line and " = " in line)  # fmt: skip
+    clash = row.replace("{layer}", "0")
+    mine = tmp_path / "clash.toml"
+    mine.write_text(text.replace('"dense.weight" = "Dense', f'"{clash}" = "Dense'))
+    code, _, err = cli("convert", directory, "--to", mine, "--out", tmp_path / "o")
+    assert code == 2 and f"sentence.{clash}" in err, err
+    assert not (tmp_path / "o").exists()

@@ -359,6 +359,15 @@ class Yours(Runner):
             if got  # a batch it ran, not one it raised on
         )
 
+    def reads_left_padding(self) -> bool:
+        """Not where its forward takes lengths for a mask: they say how many tokens each row
+        has, not where (its own code pads on the right)."""
+        if "lengths" not in self.harness.plan.given:
+            return True
+        said = "your model takes lengths, which say nothing of where the padding is"
+        self.notes.append(Note(f"the batch padded on the left not given: {said}"))
+        return False
+
     def on_the_left(self, batch: dict, got: dict, kind: str) -> list[Note]:
         """Where the model differs on a batch padded on the left alone: it agrees on right
         padding, and (where recomputed: bertconv's model holding the same weights, given the
@@ -430,29 +439,42 @@ def _seeded(reading: Reading, ckpt: Checkpoint, table: Layout, kept: set, lackin
     model and to transformers' head, so that its arithmetic is compared all the same."""
     config, g = ckpt.config, torch.Generator().manual_seed(SEED)
     encoder, official = table.official_shapes(config), dict(reading.official)
-    for name, shape in table.official_shapes(config, sorted(lacking)).items():
+    for name, shape in table.official_shapes(config, sorted(lacking | {"pooler"})).items():
         if name not in encoder and name not in official:
-            official[name] = _seed(shape, g)
-    seeded = set(lacking)
-    while seeded:
-        groups = frozenset(kept | seeded)
-        try:
-            model_class = class_for(groups, table.architecture)
-        except ValueError:  # the seeded heads and the checkpoint's make no class: none seeded
-            break
-        held = replace(reading, official=official, groups=groups, model_class=model_class)
-        chosen = Selection("exactly", groups)
-        conversion = convert_reading(held, config, table, chosen)
-        misfit = {
-            table.row_of(table.tied.get(n, n)).group
-            for n, t in conversion.state_dict.items()
-            if n in shapes and tuple(t.shape) != shapes[n]
-        } & seeded  # a classifier of another label count than config.json's
-        if not misfit:
-            return held, frozenset(seeded), conversion
-        seeded -= misfit
+            official[name] = _seed(shape, g)  # the pooler too, where a seeded head reads it
+    for seeded in _seedable(kept, lacking, table.architecture):
+        while seeded:
+            groups = frozenset(kept | seeded)
+            try:
+                model_class = class_for(groups, table.architecture)
+            except ValueError:  # the seeded heads and the checkpoint's make no class
+                break
+            if table.architecture.has_pooler(model_class):
+                groups |= {"pooler"}
+            held = replace(reading, official=official, groups=groups, model_class=model_class)
+            conversion = convert_reading(held, config, table, Selection("exactly", groups))
+            misfit = {
+                table.row_of(table.tied.get(n, n)).group
+                for n, t in conversion.state_dict.items()
+                if n in shapes and tuple(t.shape) != shapes[n]
+            } & seeded  # a classifier of another label count than config.json's
+            if not misfit:
+                return held, frozenset(seeded), conversion
+            seeded = seeded - misfit
     chosen = Selection("exactly", frozenset(kept))
     return reading, frozenset(), convert_reading(reading, config, table, chosen)
+
+
+def _seedable(kept: set, lacking: set, arch) -> list[frozenset]:
+    """The heads to seed, tried in turn: every one lacking, then each class's heads the model
+    has beside the checkpoint's, the class holding more of them first (a classifier's names
+    are a sequence's and a token's at once: DistilBERT's pre_classifier says which)."""
+    options = [frozenset(lacking)]
+    for name in arch.classes:
+        heads = set(arch.groups_of(name)) - {"pooler"}
+        if kept - {"pooler"} <= heads <= kept | lacking and heads - kept:
+            options.append(frozenset(heads - kept))
+    return sorted(dict.fromkeys(options), key=len, reverse=True)
 
 
 def _seed(shape: tuple[int, ...], g: torch.Generator) -> storage.Tensor:
