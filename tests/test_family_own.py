@@ -228,3 +228,19 @@ def test_a_roberta_that_lies_fails_however_it_is_held(name, kin, cli):
     liar = f"{Path(__file__).parent / 'liars' / 'roberta.py'}:{name}"
     code, out, err = cli("verify", kin["RobertaModel"], "--model", liar)
     assert code == 1 and "FAILED" in out and "PASSED" not in out, out + err
+
+
+def test_an_electra_discriminator_returning_probabilities_is_compared_at_its_logits(
+    kin, cli, tmp_path
+):
+    """It returns sigmoid(logits): compared where it computes the logits, the sigmoid named (as
+    a masked LM returning softmax is); it was "no output computed inside it"."""
+    table = tmp_path / "t.toml"
+    code, err = _inferred(cli, "ElectraDiscriminator", kin["ElectraForPreTraining"], table)
+    assert code == 0, err
+    code, out, err = cli(
+        "verify", kin["ElectraForPreTraining"], "--model", model("ElectraProbabilities"),
+        "--layout", table,
+    )  # fmt: skip
+    assert code == 0 and "PASSED" in out, out + err
+    assert "discriminator logits: your forward returns their sigmoid" in out, out

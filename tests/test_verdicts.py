@@ -200,3 +200,14 @@ def test_a_task_model_under_transformers_prefixed_names_needs_no_table(cli, task
     spec = f"{Path(__file__).parent / 'zoo' / 'official_names.py'}:SequenceClassifier"
     code, out, err = cli("verify", checkpoint, "--model", spec)
     assert code == 0 and "classifier logits" in out, out + err
+
+
+def test_a_masked_lm_head_that_never_adds_its_decoder_bias_fails_at_the_head(cli, tasks, tables):
+    """The sixth pass: its layers compared as computed (they are right), the failure at the head,
+    the unused bias named (it was "layer 2 NaN", no mlm logits row, and a false note that the
+    model cannot compute in float64). On a checkpoint whose bias is not zeros."""
+    checkpoint = tasks["BertForMaskedLM", "safetensors"]
+    code, report, _ = verdict(cli, checkpoint, "NoDecoderBiasMLMBert", tables["MaskedLMBert"])
+    assert code == 1 and failing(report) == ["mlm logits"], report
+    assert any("never uses" in n and "decoder.bias" in n for n in report["notes"]), report["notes"]
+    assert not any("float64" in n for n in report["notes"]), report["notes"]

@@ -217,3 +217,15 @@ def test_the_models_forward_is_called_by_its_parameter_names():
     for name, expected in spellings.items():
         model = fence.import_factory(zoo_model(name))(config)
         assert usermodel.plan(model, name).arguments == expected
+
+
+def test_a_factory_building_bertconvs_own_model_from_the_dict_infer_gives(tmp_path, cli):
+    """`BertModel(BertConfig.from_dict(config))`, infer with no --config: the dict infer gives
+    is one BertConfig reads back (it carried relative_attention_num_buckets 0, refused as
+    outside 1..4096: exit 2)."""
+    (tmp_path / "factory.py").write_text(
+        "import bertconv\n\n\ndef make(config):\n"
+        "    return bertconv.BertModel(bertconv.BertConfig.from_dict(config))\n"
+    )
+    code, out, err = cli("infer", f"{tmp_path / 'factory.py'}:make", "--out", tmp_path / "t.toml")
+    assert code == 0 and (tmp_path / "t.toml").is_file(), out + err

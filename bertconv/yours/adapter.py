@@ -286,6 +286,8 @@ class Yours(Runner):
             self.misread.add(POOLER)  # its shape says why: nothing for the diagnosis
         for label in unused:
             self._never_used(label)
+        for label in [k for k in self.anchors if not k.hidden and k not in unused]:
+            self._partly_used(run, label)
         wrong, notes = returned(run, named, self.lenient, self.sentence_width)
         for note in notes:
             self._say(note)
@@ -399,6 +401,16 @@ class Yours(Runner):
         hidden = [k for k in ours if k.hidden and k in got]
         limit = FLOAT32_MAX_ABS
         return bool(hidden) and all(float((got[k] - ours[k]).abs().max()) <= limit for k in hidden)
+
+    def _partly_used(self, run, label: Output) -> None:
+        """A head computed without some of its tensors (a decoder's bias never added): named,
+        where their values matter (where the checkpoint's are zeros, the output is the same)."""
+        held = dict(self.model.named_parameters(remove_duplicate=False))
+        first = {n: run.trace.names.get(id(held[n]), n) for n in self.anchors[label] if n in held}
+        idle = sorted(n for n, f in first.items() if not run.trace.uses({f}))
+        if idle:
+            said = f"{label}: your model's forward never uses {', '.join(idle)}"
+            self._say(Note(f"{said}, which holds the checkpoint's"))
 
     def _never_used(self, label: Output) -> None:
         if label.hidden:  # compared with the state the model carries there; the diagnosis says

@@ -285,13 +285,16 @@ def _what(value: torch.Tensor, named: dict, beside: bool = False) -> str:
 
 
 def _normalised(value: torch.Tensor, logits: torch.Tensor) -> str | None:
-    """`value` as the log-softmax or the softmax of the logits `logits` (BERT-pytorch's MLM
-    head returns the former), over its last dimension; None where it is neither."""
-    if value.dim() < 2 or value.shape != logits.shape:
+    """`value` as the log-softmax or the softmax of the logits `logits` over its last
+    dimension (BERT-pytorch's MLM head returns the former), or their sigmoid (an ELECTRA
+    discriminator's probabilities); None where it is none of them."""
+    if value.shape != logits.shape or not value.is_floating_point():
         return None
     logits = logits.float()
-    for name, f in (("log-softmax", torch.log_softmax), ("softmax", torch.softmax)):
-        if torch.allclose(value.float(), f(logits, -1), 0, 1e-5):
+    over_last = [("log-softmax", torch.log_softmax), ("softmax", torch.softmax)]
+    found = [(n, f(logits, -1)) for n, f in over_last if value.dim() >= 2]
+    for name, made in [*found, ("sigmoid", torch.sigmoid(logits))]:
+        if torch.allclose(value.float(), made, 0, 1e-5):
             return name
     return None
 

@@ -76,11 +76,19 @@ def diagnosed(pipeline: Pipeline, returned, tokens, mask, prompt_length: int, ag
     expected = embed(pipeline, tokens, mask, prompt_length)
     agreeing = [("the last layer's output", agrees)]
     off = _distance(returned, expected)
+    if off <= FLOAT32_MAX_ABS:  # its pipeline is the directory's: on other states than these
+        return Diagnosis(str(SENTENCE), None, math.nan, agreeing, cause=(
+            "the directory's pipeline on your model's own last hidden state gives its sentence "
+            f"embedding (max abs {off:.1e}): no step after the encoder differs; the difference "
+            "lies before it, in the states of the texts embedded (their tokens as your model "
+            "reads them?)"))  # fmt: skip
     for step, said, other in deviations(pipeline, prompt_length):
         try:
             again = embed(other, tokens, mask, prompt_length)
         except RuntimeError:  # a Dense left out of a concatenation's width: not this one
             continue
+        if _distance(again, expected) <= FLOAT32_MAX_ABS:
+            continue  # computes the directory's own on these texts: it tells nothing apart
         if _distance(returned, again) <= FLOAT32_MAX_ABS:
             found = Diagnosis(str(SENTENCE), step, off, agreeing, said)
             found.confirmed_max_abs = _distance(returned, again)

@@ -324,6 +324,14 @@ class ElectraRelu(ElectraDiscriminator):
         return F.relu(x)
 
 
+class ElectraProbabilities(ElectraDiscriminator):
+    """Returns each token's probability of having been replaced: the sigmoid of the logits."""
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        x, logits = super().forward(input_ids, attention_mask, token_type_ids)
+        return x, torch.sigmoid(logits)
+
+
 class RobertaEmbeddings(BertEmbeddings):
     """transformers' RoBERTa embeddings: the real tokens' positions from pad_token_id + 1."""
 

@@ -240,3 +240,14 @@ class AutocastLongBert(TutorialBert):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             x, pooled = super().forward(input_ids, attention_mask, token_type_ids)
         return x.to(self.pool.weight.dtype), pooled.to(self.pool.weight.dtype)
+
+
+class NoDecoderBiasMLMBert(MaskedLMBert):
+    """Must not pass: its decoder's bias held (and loaded) but never added: the logits are the
+    projection alone. Every layer right."""
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        states = self.states(input_ids, attention_mask, token_type_ids)
+        h = self.transform_norm(F.gelu(self.transform(states[-1])))
+        pooled = torch.tanh(self.pool(states[-1][:, 0]))
+        return states[-1], pooled, h @ self.decoder.weight.T
