@@ -223,7 +223,8 @@ def sentence_transformers():
 # sentence-transformers' embeddings, by what they were computed of (every file of the directory
 # as found: which, its size, when written) and how: a directory verified again in one process
 # (the tests, a notebook) is not loaded and run again.
-EMBEDDED: dict[tuple, dict] = {}
+EMBEDDED: OrderedDict[tuple, dict] = OrderedDict()
+EMBEDDED_KEPT = 16  # directories: their embeddings are a few vectors each
 
 
 def sentence_embeddings(ckpt: Checkpoint, reading: Reading, groups: list, dtypes, device):
@@ -245,8 +246,10 @@ def sentence_embeddings(ckpt: Checkpoint, reading: Reading, groups: list, dtypes
             new = _sentence_embeddings(ckpt, reading, groups, set(dtypes) - set(done), device)
         gc.collect()  # its model is let go of now, not at the next collection (it holds cycles)
         done = done | new
-        EMBEDDED.clear()  # one directory kept: a large one's embeddings are small, its files not
         EMBEDDED[key] = done
+    EMBEDDED.move_to_end(key)
+    while len(EMBEDDED) > EMBEDDED_KEPT:
+        EMBEDDED.popitem(last=False)
     return {t: done[t] for t in dtypes}
 
 
