@@ -29,8 +29,9 @@ CASES = (
     ),
     ("a bert-base shape (random weights, `BertModel`)", "base", [], 0, 2.0, 1.2),
 )
-# Run in a tree's own bertconv (PYTHONPATH), so that both are run alike.
-CLI = "import sys; from bertconv.cli import run; sys.exit(run(sys.argv[1:]))"
+# Run in a tree's own bertconv (PYTHONPATH), as its `bertconv` command runs, so that both are
+# run alike.
+CLI = "import sys; from bertconv.cli import main; main()"
 # The same, counting the ids each call of an embedding lookup of the vocabulary's size reads.
 COUNTED = """
 import sys, torch
@@ -44,11 +45,13 @@ class Counting(TorchFunctionMode):
             if weight.dim() == 2 and weight.shape[0] == VOCAB:
                 counted[0] += ids.numel()
         return func(*args, **kwargs)
-VOCAB = int(sys.argv[1])
-from bertconv.cli import run
-with Counting():
-    code = run(sys.argv[2:])
-print("tokens", counted[0], file=sys.stderr)
+VOCAB = int(sys.argv.pop(1))
+from bertconv.cli import main
+try:
+    with Counting():
+        main()
+finally:
+    print("tokens", counted[0], file=sys.stderr)
 """
 
 

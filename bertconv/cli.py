@@ -345,7 +345,6 @@ def infer(
     from .files import read_json_object
     from .yours.infer import infer as run_infer
 
-    _freed_is_returned()
     if out is not None:
         _check_table_out(out, [model.rpartition(":")[0], config])
     found = run_infer(model, read_json_object(config) if config else None, _dense_of(config))
@@ -460,20 +459,20 @@ def verify(
 
     if layout is not None and model is None:
         raise UsageError("--layout names the table of --model's names; give --model too")
-    _freed_is_returned()
     report = run_verify(source, device, dtype, revision, from_layout, model, layout)
     show(json.dumps(_strict(report.to_dict()), indent=2) if as_json else format_report(report))
     raise typer.Exit(0 if report.passed else 1)
 
 
 def _freed_is_returned() -> None:
-    """For a command that runs models, one after another: glibc's malloc hands a freed tensor's
-    memory back to the system, not only to this process's next allocation. By default it raises
-    its threshold for doing so to the largest block freed, so that what one model frees stays
-    held, scattered, while the next grows beside it (verify --model's peak varied from 700 to
-    850 MB on MiniLM; with a fixed threshold, 700 every time, no slower). A C library
-    without mallopt (not glibc) is left as it is. The process's own setting: bertconv as a
-    library never changes it."""
+    """For the command's process, that runs models one after another (verify, infer): glibc's
+    malloc hands a freed tensor's memory back to the system, not only to this process's next
+    allocation. By default it raises its threshold for doing so to the largest block freed, so
+    that what one model frees stays held, scattered, while the next grows beside it (verify
+    --model's peak varied from 700 to 850 MB on MiniLM; with a fixed threshold, 700 every
+    time, no slower). A C library without mallopt (not glibc) is left as it is. The command's
+    own setting, made in `main`: bertconv as a library, or `run` in a process of the caller's
+    (which may allocate more often than it would free), never changes it."""
     import ctypes
 
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
@@ -572,4 +571,6 @@ def main() -> None:
     # it is not walked at each collection nor at exit, which saves ~8 ms a command.
     gc.freeze()
     signal.signal(signal.SIGTERM, _terminate)
+    if set(sys.argv[1:2]) & {"verify", "infer"}:
+        _freed_is_returned()
     sys.exit(run())
