@@ -162,22 +162,16 @@ class OneTextSqueezed(MeanPooled):
         return super().pool(x, attention_mask)
 
 
-class Pooler(nn.Module):
-    def __init__(self, hidden):
-        super().__init__()
-        self.dense = nn.Linear(hidden, hidden)
-
-    def forward(self, x):
-        return torch.tanh(self.dense(x[:, 0]))
-
-
 class AllThree(MeanPooled):
     """BERT's pooler too (MiniLM has its weights), returning what transformers' output class
     holds and the sentence vector beside: `sentence_pool` is how it pools that vector."""
 
     def __init__(self, config):
         super().__init__(config)
-        self.pooler = Pooler(config.hidden_size)
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def pooled(self, x):
+        return torch.tanh(self.pooler(x[:, 0]))
 
     def sentence_pool(self, x, attention_mask):
         return self.pool(x, attention_mask)
@@ -185,7 +179,7 @@ class AllThree(MeanPooled):
     def forward(self, input_ids, attention_mask, token_type_ids):
         x = self.tokens(input_ids, attention_mask, token_type_ids)
         vector = F.normalize(self.sentence_pool(x, attention_mask), p=2, dim=-1)
-        pooled = self.pooler(x)
+        pooled = self.pooled(x)
         return {"last_hidden_state": x, "pooler_output": pooled, "sentence_embedding": vector}
 
 
@@ -202,5 +196,5 @@ class PoolerAndVector(AllThree):
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         x = self.tokens(input_ids, attention_mask, token_type_ids)
-        self.pooler(x)  # computed (a pooler a model holds and runs), not returned
+        self.pooled(x)  # computed (a pooler a model holds and runs), not returned
         return F.normalize(self.sentence_pool(x, attention_mask), p=2, dim=-1)
