@@ -183,8 +183,8 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
     report = Report(src.name, name, str(dev), dtype, kinds, longest, nonfinite=nonfinite)
     got, in_float32 = _runs(ours, reference, batches, prepared, run_in, dev)
     # a sentence vector the model returns (no row of its own but the sentence row's)
-    returned = [(b, p[SENTENCE]) for b, p in zip(prepared, ours.per_batch, strict=True)
-                if SENTENCE in p]  # fmt: skip
+    returned = [(b, p, got[SENTENCE]) for b, p, got in
+                zip(batches, prepared, ours.per_batch, strict=True) if SENTENCE in got]  # fmt: skip
     both = _compared(report, got, reference, prepared, ours.dtypes)
     kinds64 = (b.kind for b, t in zip(batches, ours.dtypes, strict=True) if t == torch.float64)
     report.in_float64 = list(dict.fromkeys(kinds64))
@@ -251,9 +251,18 @@ def _sentence_row(report: Report, pipeline, ckpt, reading, ours: Runner, dev, wo
     expected = {t: torch.cat([e[0].flip(0), *e]) for t, e in found.items()}
     got, tokens = _embedded(ours, pipeline, batches, length, run_in, dev, ckpt.config)
     truth = expected[torch.float32]
+    if any(b.left for b, _, _ in returned) and pipeline.padding_side != "left":
+        # sentence-transformers pads as the directory's tokenizer does: never on the left here
+        returned = [r for r in returned if not r[0].left]
+        report.notes.append(
+            "sentence embedding: not compared on the batch padded on the left, as the "
+            "directory's tokenizer pads on the right (its CLS is then the first place)"
+        )
     if run_in == torch.float32:  # with the vector it returns on verify's batches
         every = _with_returned(got, truth, returned, pipeline, reference, ckpt.config)
         report.rows.append(_row(SENTENCE, *every, FLOAT32_MAX_ABS))
+        if not report.rows[-1].passed and report.diagnosis is None:
+            report.diagnosis = _differs_on_batches(got, truth, every, returned)
     else:
         own = (expected[run_in] - truth).abs().max().item()
         report.rows.append(_row(SENTENCE, got, truth, LOW_PRECISION_FACTOR * own, own))
@@ -277,7 +286,7 @@ def _with_returned(got, truth, returned: list, pipeline, reference, config) -> t
     beside them, each against the directory's pipeline on transformers' last hidden state
     there (NaN where a vector is of another width)."""
     last = layer(config.num_hidden_layers)
-    for batch, vector in returned:
+    for _, batch, vector in returned:
         mask = batch["attention_mask"]
         states = sentence.unflattened(reference.outputs(batch, torch.float32)[last], mask)
         expected = sentence.embed(pipeline, states, mask)
@@ -285,6 +294,37 @@ def _with_returned(got, truth, returned: list, pipeline, reference, config) -> t
         got = torch.cat([got, vector]) if same else torch.tensor(math.nan)
         truth = torch.cat([truth, expected]) if same else truth
     return got, truth
+
+
+def _differs_on_batches(got, truth, every: tuple, returned: list) -> Diagnosis | None:
+    """Where the model's sentence embedding agrees on the directory's texts (`got`, `truth`)
+    and differs on verify's own batches (`every`: both with the vectors `returned` there):
+    which, and on left padding alone, that it agrees on right padding (None where the texts
+    differ: the steps of the pipeline say why)."""
+    if got.shape != truth.shape or float((got - truth).abs().max()) > FLOAT32_MAX_ABS:
+        return None
+    if not every[0].dim():  # a vector of another width: the row says so
+        return None
+    start, differing = len(got), []
+    for batch, _, vector in returned:
+        rows = slice(start, start + len(vector))
+        start += len(vector)
+        off = float((every[0][rows] - every[1][rows]).abs().max())
+        differing += [(batch, off)] if not off <= FLOAT32_MAX_ABS else []
+    if not differing:
+        return None
+    kinds = ", ".join(dict.fromkeys(b.kind for b, _ in differing))
+    cause = (
+        f"your sentence embedding agrees on the directory's texts, and differs on {kinds} "
+        f"(max abs {max(off for _, off in differing):.1e})"
+    )
+    if all(b.left for b, _ in differing):
+        cause += (
+            ": it agrees on right padding. On a row padded on the left the directory pools "
+            "from the real tokens only (its CLS is the first real token, its last token the "
+            "last real one); a pooling that reads fixed places (x[:, 0]) reads padding there"
+        )
+    return Diagnosis(str(SENTENCE), None, math.nan, [], cause=cause)
 
 
 def _embedded(ours: Runner, pipeline, batches: list, prompt_length: int, dtype, dev, config):

@@ -39,10 +39,11 @@ def encoder(root: Path) -> Path:
     return root
 
 
-def written(encoder: Path, out: Path, modes, dense=None, normalize=True, **kwargs) -> Path:
+def written(encoder: Path, out: Path, modes, dense=None, normalize=True, width=8, **kwargs) -> Path:
     """A directory sentence-transformers writes: the encoder, Pooling (`modes`: one or a
-    tuple, concatenated), Dense to 8 features (`dense`: its activation), Normalize; `include`:
-    Pooling's include_prompt; the rest for SentenceTransformer (prompts, default_prompt_name)."""
+    tuple, concatenated), Dense to `width` features (`dense`: its activation), Normalize;
+    `include`: Pooling's include_prompt; the rest for SentenceTransformer (prompts,
+    default_prompt_name)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from sentence_transformers import SentenceTransformer
@@ -55,8 +56,8 @@ def written(encoder: Path, out: Path, modes, dense=None, normalize=True, **kwarg
         include = kwargs.pop("include", True)
         modules = [Transformer(str(encoder)), STPooling(16, modes, include_prompt=include)]
         if dense is not None:
-            width = 16 * (len(modes) if isinstance(modes, tuple) else 1)
-            modules.append(STDense(width, 8, activation_function=dense))
+            pooled = 16 * (len(modes) if isinstance(modes, tuple) else 1)
+            modules.append(STDense(pooled, width, activation_function=dense))
         modules += [STNormalize()] if normalize else []
         SentenceTransformer(modules=modules, **kwargs).save(str(out))
     return out

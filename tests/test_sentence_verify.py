@@ -416,3 +416,45 @@ def test_a_sentence_row_naming_a_tensor_a_row_places_is_refused(dense_table, tmp
     code, _, err = cli("convert", directory, "--to", mine, "--out", tmp_path / "o")
     assert code == 2 and f"sentence.{clash}" in err, err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("mode, model", [("cls", "SquareDense"), ("mean", "SquareDenseMean")])
+def test_a_dense_that_keeps_the_hidden_width_is_the_directorys_not_the_pooler(
+    mode, model, encoder, tmp_path, cli
+):
+    """LaBSE's Dense (hidden to hidden, Tanh) has BERT's pooler's shape: infer places it in
+    [sentence] where the model computes the directory's pipeline with it, and verify PASSES."""
+    import tomllib
+
+    directory = written(encoder, tmp_path / "st", mode, torch.nn.Tanh(), width=16)
+    table = tmp_path / "labse.toml"
+    args = ["infer", f"{ZOO}:{model}", "--config", directory / "config.json", "--out", table]
+    code, _, err = cli(*args)
+    assert code == 0, err
+    found = tomllib.loads(table.read_text())
+    assert found["sentence"] == {"dense.weight": "Dense.linear.weight",
+                                 "dense.bias": "Dense.linear.bias"}  # fmt: skip
+    assert not any("pooler" in v for v in found["encoder"].values())
+    code, printed, err = cli("verify", directory, "--model", f"{ZOO}:{model}", "--layout", table)
+    assert code == 0 and "sentence embedding" in printed, printed + err
+
+
+def test_a_sentence_vector_read_at_the_first_place_fails_where_the_directory_pads_left(
+    encoder, tmp_path, cli
+):
+    """x[:, 0] is the directory's CLS on every batch its tokenizer pads on the right (not
+    compared on the batch padded on the left, said); where it pads on the left, it reads
+    padding there, and the report says so."""
+    directory = written(encoder, tmp_path / "st", "cls", torch.nn.Tanh(), width=16)
+    table = tmp_path / "labse.toml"
+    args = ["infer", f"{ZOO}:SquareDense", "--config", directory / "config.json", "--out", table]
+    assert cli(*args)[0] == 0
+    report = verify(str(directory), "cpu", model=f"{ZOO}:SquareDense", model_layout=str(table))
+    assert report.passed and any("not compared on the batch padded on the left" in n
+                                 for n in report.notes)  # fmt: skip
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "tokenizer_config.json").write_text(json.dumps(config | {"padding_side": "left"}))
+    report = verify(str(directory), "cpu", model=f"{ZOO}:SquareDense", model_layout=str(table))
+    assert not report.passed and not _row(report).passed
+    cause = report.diagnosis.cause
+    assert "on the texts without padding it agrees" in cause and "pool over the real" in cause

@@ -309,10 +309,24 @@ def _inferred(spec: str, config_dict: dict | None, given: BertConfig, holding, d
         config = _probe_config(given, holding)
         user.config = config
     given_labels = {"num_labels", "id2label"} & set(config_dict or {})  # not the default 2
-    return Search(
-        user, harness, config, spec, generated, config.num_labels if given_labels else None,
-        holding=holding, dense=dense,
+    labels = config.num_labels if given_labels else None
+    found = Search(user, harness, config, spec, generated, labels, holding=holding, dense=dense)
+    found = found.run()
+    if found.text is not None or not _square(dense, config):
+        return found
+    # LaBSE's Dense keeps the hidden width: shaped as BERT's pooler, and read first as it.
+    # Taken as the directory's Dense instead, where the model computes that.
+    dense_first = Search(
+        user, harness, config, spec, generated, labels, holding=holding, dense=dense,
+        pooled=False,
     ).run()  # fmt: skip
+    return dense_first if dense_first.text is not None else found
+
+
+def _square(dense, config: BertConfig) -> bool:
+    """Is the directory's Dense layer (None: none) the shape of BERT's pooler?"""
+    h = config.hidden_size
+    return dense is not None and (dense.in_features, dense.out_features) == (h, h)
 
 
 def _aliases(config: BertConfig, field: str) -> list[str]:
@@ -381,6 +395,7 @@ class Search:
     told: tuple[str, ...] = ()  # notes for the user: a label count other than --config's
     holding: Holding = BERT_HOLDING  # how the model holds the checkpoint ([holding])
     dense: object = None  # sentence.Dense of --config's directory: placed in the model's own
+    pooled: bool = True  # False: a square projection of the pooled state is the Dense, no pooler
 
     def run(self) -> Inference:
         embeddings = list(assign.global_choices(self.user))
@@ -393,8 +408,11 @@ class Search:
         self._count_labels(assign.labelled(heads[0]))
         taken |= {id(u) for u in heads[0].units.values()}
         poolers = assign.pooler_choices(self.user, taken) or [assign.Assignment({})]
+        if not self.pooled:  # the pooler's unit is the directory's Dense ([sentence])
+            self.detached = tuple(poolers[0].units.values())
+            poolers = [assign.Assignment({})]
         if not poolers[0].units:  # a head read off a hidden state is not transformers'
-            self.detached = tuple(
+            self.detached += tuple(
                 heads[0].units.pop(r) for r in assign.SEQUENCE if r in heads[0].units
             )
         parts = {"embeddings": embeddings, "layers": layers, "pooler": poolers, "heads": heads}

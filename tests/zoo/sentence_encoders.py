@@ -198,3 +198,20 @@ class PoolerAndVector(AllThree):
         x = self.tokens(input_ids, attention_mask, token_type_ids)
         self.pooled(x)  # computed (a pooler a model holds and runs), not returned
         return F.normalize(self.sentence_pool(x, attention_mask), p=2, dim=-1)
+
+
+class SquareDense(WithDense):
+    """LaBSE's pipeline: the first token's state, a Dense layer (Linear, Tanh) that keeps the
+    hidden width, normalised; shaped as BERT's pooler, and not it."""
+
+    def __init__(self, config):
+        super().__init__(config, out_features=config.hidden_size)
+
+    def pool(self, x, attention_mask):
+        return x[:, 0]
+
+
+class SquareDenseMean(SquareDense):
+    """The same Dense after the mean over the real tokens."""
+
+    pool = MeanPooled.pool
