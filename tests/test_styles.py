@@ -21,7 +21,7 @@ STYLES = {
     "style_masks.py:ExtendedMaskBert": "(B, 1, 1, T), 1 at the tokens",
     "style_masks.py:AdditiveMaskBert": "(B, 1, 1, T), -10000 at the padding",
     "style_masks.py:PaddingMaskBert": "(B, T), True at the padding",
-    "style_masks.py:PadIdBert": None,
+    "style_masks.py:PadIdBert": "(B, T, T), 1 at the tokens",  # given, though optional
     "style_masks.py:MaskedLMBert": None,
     "style_fused.py:FusedBert": "(B, T), 1 at the tokens",
     "style_conv.py:ConvBert": "(B, T), True at the padding",

@@ -40,19 +40,45 @@ SPELLINGS = {
     "position_ids": ("position_ids", "pos_ids", "positions", "position_idx", "pos_idx",
                      "position_index", "position_indices"),
 }  # fmt: skip
-# The forms of a mask tried in turn where the forward raises on the first (made of the (B, T)
-# mask of 1 at the tokens); where every form raises, no mask: the model makes it from the pad id.
+# The forms of a mask, each made of the (B, T) mask of 1 at the tokens: the product of how
+# public code writes its values (integers, booleans, floats; marking the tokens to keep, the
+# padding to hide, or added to the scores) and its rank (as given to the scores or broadcast to
+# them, every query's row the keys'). Tried in turn (masked): the first the model runs with,
+# masking the padding, is its form; the likeliest first.
+VALUES = {  # name -> (what it marks, the values)
+    "1 at the tokens": ("keep", lambda m: m.long()),
+    "True at the tokens": ("keep", lambda m: m.bool()),
+    "True at the padding": ("hide", lambda m: ~m.bool()),
+    "-10000 at the padding": ("add", lambda m: (1.0 - m.float()) * -1e4),
+    "1.0 at the tokens": ("keep", lambda m: m.float()),
+    "1 at the padding": ("hide", lambda m: 1 - m.long()),
+}
+RANKS = {
+    "(B, T)": lambda m: m,
+    "(B, 1, 1, T)": lambda m: m[:, None, None, :],
+    "(B, 1, T, T)": lambda m: m[:, None, None, :].expand(-1, 1, m.shape[-1], -1),
+    "(B, T, T)": lambda m: m[:, None, :].expand(-1, m.shape[-1], -1),
+}
+# Added to the scores as they come (transformers' extended mask): of their rank alone. A (B, T)
+# float mask of -10000 at the padding is a mask True at the padding to a model that reads it
+# as booleans, which its name (attention_mask) says it is not.
+ADDED = ("(B, 1, 1, T)", "(B, 1, T, T)")
 MASKS = {
-    "(B, T), 1 at the tokens": lambda m: m,
-    "(B, T), True at the padding": lambda m: ~m.bool(),
-    "(B, 1, 1, T), 1 at the tokens": lambda m: m[:, None, None, :],
-    "(B, 1, 1, T), -10000 at the padding": lambda m: (1.0 - m[:, None, None, :].float()) * -1e4,
+    f"{rank}, {value}": (marks, lambda m, r=r, v=v: r(v(m)))
+    for rank, r in RANKS.items()
+    for value, (marks, v) in VALUES.items()
+    if marks != "add" or rank in ADDED
 }
 # A mask that marks the padding rather than the tokens (nn.MultiheadAttention's convention).
 INVERTED_MASKS = ("key_padding_mask", "padding_mask", "pad_mask", "src_key_padding_mask")
-# Names that say which way round the mask is (transformers' and Google's: 1 at the tokens; the
-# inverted ones): taken as they say. Another (`mask`, `m`) is tried both ways round.
-SAID_MASKS = ("attention_mask", "input_mask", *INVERTED_MASKS)
+# Names that say which way round the mask is (transformers' and Google's: 1 at the tokens, or
+# added to the scores; the inverted ones: the padding marked, or added): taken as they say.
+# Another (`mask`, `m`, `attn_mask`) is tried every way.
+SAID_MASKS = {
+    "attention_mask": ("keep", "add"),
+    "input_mask": ("keep", "add"),
+    **{name: ("hide", "add") for name in INVERTED_MASKS},
+}
 # Words that make a name something else than the attention mask: masked-LM positions, labels,
 # a mask of heads, of the future, or of another sequence (cross-attention).
 NOT_THE_MASK = {
@@ -193,6 +219,8 @@ class Plan:
 
     arguments: dict[str, str]  # parameter -> input_ids, attention_mask, ..., masked_positions
     mask: str = next(iter(MASKS))  # the form of the mask (MASKS)
+    said: tuple[str, ...] = ("keep", "hide", "add")  # what its name lets the mask mark
+    optional: frozenset = frozenset()  # its parameters given that have defaults
     keywords: bool = True  # passed by name (else by position, to a forward(*args))
     packed: bool = False  # passed as one dict, keyed by `arguments`, to a forward(batch: dict)
     time_major: bool = False  # ids and token types as (T, B), the mask (B, T): nn.Transformer's
@@ -202,11 +230,13 @@ class Plan:
         return set(self.arguments.values())
 
 
-def plan(model: nn.Module, spec: str) -> Plan:
+def plan(model: nn.Module, spec: str, types: bool = True) -> Plan:
     """Which parameter of the user's forward takes each input: by name (the spellings above, or
     the words of a name), then by elimination: one required parameter left after the ids and
-    the mask is the token types (after the ids and the token types, the mask). Raises, showing
-    the signature, where a required parameter is left that bertconv cannot give."""
+    the mask is the token types (after the ids and the token types, the mask). An optional
+    parameter is left at its default unless bertconv must give it (_needed; `types`: has the
+    model a table of token types?). Raises, showing the signature, where a required parameter
+    is left that bertconv cannot give."""
     try:
         signature = inspect.signature(model.forward)
     except (TypeError, ValueError):
@@ -235,9 +265,23 @@ def plan(model: nn.Module, spec: str) -> Plan:
             "wraps your model"
         )
     order = {p.name: i for i, p in enumerate(named)}
+    defaults = {p.name for p in named if p.default is not p.empty}
+    found = {k: v for k, v in found.items() if k not in defaults or _needed(v, found, types)}
     arguments = dict(sorted(found.items(), key=lambda kv: order[kv[0]]))
-    inverted = any(a in INVERTED_MASKS for a in arguments)
-    return Plan(arguments, list(MASKS)[inverted])
+    allowed = next((SAID_MASKS[a] for a in arguments if a in SAID_MASKS), Plan.said)
+    form = next(f for f, (marks, _) in MASKS.items() if marks in allowed)
+    return Plan(arguments, form, allowed, optional=frozenset(defaults & set(arguments)))
+
+
+def _needed(given: str, found: dict[str, str], types: bool) -> bool:
+    """Must bertconv give an optional parameter taking `given`? The ids and the mask, the token
+    types where the model has a table of them, lengths where it takes no mask, a masked-LM
+    head's positions; never position ids (its default numbers them as it means to)."""
+    if given == "token_type_ids":
+        return types
+    if given == "lengths":
+        return "attention_mask" not in found.values()
+    return given != "position_ids"
 
 
 def _takes_a_dict(parameter: inspect.Parameter) -> bool:
@@ -324,7 +368,7 @@ class Harness:
         mask = batch["attention_mask"]
         values = {
             "input_ids": lambda: batch["input_ids"],
-            "attention_mask": lambda: MASKS[self.plan.mask](mask),
+            "attention_mask": lambda: MASKS[self.plan.mask][1](mask),
             "token_type_ids": lambda: batch["token_type_ids"],
             "lengths": lambda: mask.sum(-1),
             "masked_positions": lambda: torch.arange(mask.shape[-1]).repeat(len(mask), 1),
@@ -376,36 +420,69 @@ def load(spec: str, config_dict: dict, config: BertConfig, batch: dict) -> Harne
     with patch.object(torch.jit._state._enabled, "enabled", False):
         model = construct(import_factory(spec), spec, config_object(config_dict, config))
     after_pad = config.positions_after_pad
+    types = _has_types(model, config)
     harness = Harness(
-        model, spec, plan(model, spec), config.pad_token_id, config.vocab_size, after_pad
+        model, spec, plan(model, spec, types), config.pad_token_id, config.vocab_size, after_pad
     )
-    if "attention_mask" in harness.plan.given or any(
-        isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()
-    ):
-        harness.plan = masked(harness, batch)
+    harness.plan = _called(harness, batch)
     return harness
 
 
+def _has_types(model: nn.Module, config: BertConfig) -> bool:
+    """Does the model hold a table of the config's token types (as they say: rows by columns,
+    or its transpose)?"""
+    shape, lazy = (config.type_vocab_size, config.hidden_size), nn.parameter.UninitializedParameter
+    held = [p for p in model.parameters() if not isinstance(p, lazy)]
+    return any(tuple(t.shape) in (shape, shape[::-1]) for t in held)
+
+
+def _called(harness: Harness, batch: dict) -> Plan:
+    """The plan its forward runs with: as planned, its mask in the form it takes (`masked`);
+    where every call raises, the same without each optional argument bertconv chose in turn (a
+    forward asserting `positions is None`), before the first error is reported as the model's."""
+    first, lazy = harness.plan, nn.parameter.UninitializedParameter
+    lazy = any(isinstance(p, lazy) for p in harness.model.parameters())
+    chosen = [a for a, v in first.arguments.items() if a in first.optional and v != "input_ids"]
+    fewer = [
+        replace(first, arguments={k: v for k, v in first.arguments.items() if k != a})
+        for a in chosen
+    ]
+    if not ("attention_mask" in first.given or lazy or fewer):
+        return first  # nothing to choose: its forward runs later, where its errors are said
+    error = None
+    for plan in [first, *fewer]:
+        harness.plan = plan
+        try:
+            if "attention_mask" in plan.given or lazy:
+                return masked(harness, batch)
+            with torch.no_grad(), guarded(harness.spec, "running its forward"):
+                harness.call(harness.prepare(batch))
+            return plan
+        except UserCodeError as e:
+            error = error or e
+    harness.plan = first
+    raise error
+
+
 def masked(harness: Harness, batch: dict) -> Plan:
-    """The plan with the mask in the form (MASKS) its forward takes: the one its name says
-    (SAID_MASKS) where it runs with finite outputs; else the first that does and where other
-    ids at the padded places change nothing at the tokens (`mask` True at the padding, given 1
-    at the tokens, would hide the tokens: the other way round is tried); else none (the model
-    makes it from the pad id); each tried with the ids batch-major (B, T), then time-major
-    (T, B); else the first that runs. Where every form raises, the first
-    error is the model's."""
+    """The plan with the mask in the form (MASKS) its forward takes: the first of those its
+    name allows (SAID_MASKS) it runs with, finite, where other ids at the padded places change
+    nothing at the tokens: chosen by what it computes, not by its name alone; each tried with
+    the ids batch-major (B, T), then time-major (T, B); then no mask (the model makes it from
+    the pad id). Where each form it runs with leaks, the first of them (the verdict says how);
+    where every form raises, the first error is the model's."""
     first, errors, leaky = harness.plan, [], []
-    forms = sorted(MASKS, key=lambda f: f != first.mask) if "attention_mask" in first.given else []
+    allowed = [f for f, (marks, _) in MASKS.items() if marks in first.said]
+    forms = allowed if "attention_mask" in first.given else []
     unmasked = {k: v for k, v in first.arguments.items() if v != "attention_mask"}
     plans = [replace(first, mask=f) for f in forms]
     # time-major (T, B) ids, tried before no mask at all: that runs either way round
     plans += [replace(p, time_major=True) for p in plans] + [replace(first, arguments=unmasked)]
-    said = any(p in SAID_MASKS for p, v in first.arguments.items() if v == "attention_mask")
     for i, plan in enumerate(plans):
         harness.plan = plan
         outputs = _attempt(harness, batch, errors)
         if outputs is not None and all(t.isfinite().all() for t in outputs):
-            if (i == 0 and said) or i == len(plans) - 1 or not _leaks(harness, batch, outputs):
+            if i == len(plans) - 1 or not _leaks(harness, batch, outputs):
                 return plan
             leaky.append(plan)
     harness.plan = (leaky or [first])[0]

@@ -519,7 +519,21 @@ class Search:
             f"{listed(left)}: BERT's encoder, pooler and "
             "heads have no such tensor (another architecture, a part BERT lacks, or a head of the "
             "pooled output that neither config.json's architectures nor its name places)"
+            + "".join(self._other_types(left))
         )
+
+    def _other_types(self, left: list[str]) -> list[str]:
+        """A table the model looks its token types up in whose rows are not the checkpoint's
+        token types (BERT-pytorch's 3: one for the padding), said."""
+        units = {u.weight: u for u in self.user.outside}
+        rows = self.config.type_vocab_size
+        return [
+            f". {n} is a table of {units[n].shape[0]} token types the model looks its token "
+            f"types up in, where the checkpoint has {rows} (type_vocab_size): a row of its own "
+            "(for the padding?) that no checkpoint has"
+            for n in left
+            if n in units and "token_type_ids" in units[n].lookup and units[n].shape[0] != rows
+        ]
 
     def _notes(self, chosen: dict) -> list[str]:
         units = [u for a in chosen.values() for u in a.units.values()]

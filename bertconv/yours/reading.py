@@ -9,7 +9,7 @@ from ..errors import UsageError
 from ..mapping import Layout
 from ..outputs import EMBEDDINGS, POOLER, SENTENCE, Head, Note, Output, layer
 from .harness import Run
-from .trace import tensors_in
+from .trace import fields, tensors_in
 
 
 def anchors(table: Layout, config: BertConfig, groups: set[str]) -> dict[Output, set[str]]:
@@ -311,8 +311,9 @@ def _per_token(t, hidden: int) -> bool:
 
 
 def _sequences(value, depth: int = 0):
-    """The tuples and lists in a returned value (in dicts too), outermost first."""
-    value = list(value.values()) if isinstance(value, dict) else value
+    """The tuples and lists in a returned value (in dicts and objects' fields too), outermost
+    first."""
+    value = fields(value)
     if isinstance(value, tuple | list) and depth < 4:
         yield value
         for item in value:

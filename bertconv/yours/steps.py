@@ -285,9 +285,18 @@ def layer_steps(view: Values, model: BertModel, config: BertConfig, index: int) 
             deviations[f"the {other}'s projection for the {name}'s (query and key exchanged)"] = (
                 lambda o=projections[other]: o(x)
             )
-        yours = view.output(p[name])
-        yield Step(f"the {name} projection", yours, W(x), deviations)
-        own[name] = W(x) if yours is None else yours
+        yours, bert = view.output(p[name]), W(x)
+        scale = _scale(yours, bert) if name == "query" else None
+        if scale is not None and math.isclose(scale, 1 / math.sqrt(sa.head_dim), rel_tol=1e-4):
+            # the queries scaled before the scores (fairseq's way): BERT's scaling, as written
+            bert = bert * scale
+            own[name] = yours / scale
+            yield Step(f"the {name} projection", yours, bert, deviations)
+            continue
+        if scale is not None:
+            deviations[_scaled_after(scale, sa.head_dim)] = lambda s=scale, b=bert: b * s
+        yield Step(f"the {name} projection", yours, bert, deviations)
+        own[name] = bert if yours is None else yours
     shared = model.encoder.position_bias(x.shape[1], x.device)  # MPNet's, every layer's
     context = attend(sa, own, view.mask, shared=shared)
     yours_context = view.input(p["attention output"])
@@ -315,6 +324,32 @@ def layer_steps(view: Values, model: BertModel, config: BertConfig, index: int) 
     yield activation_step(yours_act, inter, config)
     activated = activation(config.hidden_act)(inter) if yours_act is None else yours_act
     yield from sublayer(view, second, config, activated, mid, p["output"], p["output norm"])
+
+
+def _scale(yours: torch.Tensor | None, bert: torch.Tensor) -> float | None:
+    """The constant the model multiplied BERT's projection by, read off their ratio where it
+    is one (None where they differ otherwise, or agree)."""
+    if yours is None or yours.shape != bert.shape:
+        return None
+    big = bert.abs() > 1e-3
+    if not big.any():
+        return None
+    scale = float((yours[big] / bert[big]).median())
+    return None if math.isclose(scale, 1.0, rel_tol=1e-4) or scale == 0 else scale
+
+
+def _scaled_after(scale: float, d: int) -> str:
+    root = 1 / math.sqrt(d)
+    said = (
+        f"1/sqrt({round(1 / scale**2)})"
+        if math.isclose(1 / scale**2, round(1 / scale**2), rel_tol=1e-4)
+        else f"{scale:.6g}"
+    )
+    return (
+        f"the queries multiplied by a fixed {scale:.6g} ({said}) after their projection, where "
+        f"heads {d} wide are scaled by 1/sqrt({d}) = {root:.6g} (BERT divides the scores by "
+        "sqrt(head size))"
+    )
 
 
 def activation_step(yours, inter: torch.Tensor, config: BertConfig) -> Step:
@@ -418,7 +453,8 @@ def attention_deviations(sa: SelfAttention, own: dict, mask, config: BertConfig,
         EXCHANGED: dict(swap=True),
     }
     if d != 64:  # 1/8 written in: BERT-base's sqrt(64), right for heads of 64 only
-        ways[f"{scaling} a fixed 8 (sqrt(64): BERT-base's heads), not sqrt(head size {d})"] = dict(
+        fixed = f"{scaling} a fixed 8 (sqrt(64): BERT-base's heads), not sqrt(head size {d})"
+        ways[f"{fixed}: as the queries multiplied by a fixed 0.125 (1/sqrt(64))"] = dict(
             divisor=8.0
         )
     return {cause: lambda how=how: attend(sa, own, mask, **how, shared=shared)

@@ -206,17 +206,28 @@ def _name(func) -> str | None:
 
 
 def tensors_in(value, depth: int = 0) -> Iterator[torch.Tensor]:
-    """The tensors in a value: itself, or inside tuples, lists, dicts and dataclasses."""
+    """The tensors in a value: itself, or inside tuples, lists, dicts and objects' fields."""
     if isinstance(value, torch.Tensor):
         yield value
     elif depth < DEPTH:
-        if isinstance(value, dict):
-            value = list(value.values())
-        elif hasattr(value, "__dataclass_fields__"):
-            value = [getattr(value, f, None) for f in value.__dataclass_fields__]
+        value = fields(value)
         if isinstance(value, tuple | list):
             for item in value:
                 yield from tensors_in(item, depth + 1)
+
+
+def fields(value):
+    """A returned object read as a mapping of its fields, as a dict's values: a dataclass's, or
+    those of any class of its own holding tensors (an output class every layer's states are
+    in); a tuple, a list, or anything else as it is."""
+    if isinstance(value, dict):
+        return list(value.values())
+    if hasattr(value, "__dataclass_fields__"):
+        return [getattr(value, f, None) for f in value.__dataclass_fields__]
+    if isinstance(value, tuple | list | torch.Tensor | nn.Module) or not hasattr(value, "__dict__"):
+        return value
+    held = [v for v in vars(value).values() if isinstance(v, torch.Tensor | tuple | list | dict)]
+    return held if any(True for v in held for _ in tensors_in(v, DEPTH - 1)) else value
 
 
 def _replace(value, old: torch.Tensor, new: torch.Tensor):

@@ -244,12 +244,17 @@ def _lookups(call, trace: Trace, state: dict) -> list[Unit]:
         if found and _is_table(state[found[0]]):
             sources = trace.sources(index) if isinstance(index, torch.Tensor) else frozenset()
             units.append(_embedding(found[0], state, call.index, sources))
-    for value in call.args[:2]:
+    for value in call.args[:2] if call.name not in PROJECTIONS else ():  # W[0:H] @ x: a slice
         origin = trace.origin(value) if isinstance(value, torch.Tensor) else None
         looked_up = origin and any(step in LOOKUP_CALLS for step, _ in origin.steps)
         if looked_up and len(origin.params) == 1 and _is_table(state[origin.params[0]]):
             units.append(_embedding(origin.params[0], state, call.index, frozenset()))
     return units
+
+
+# Calls that project by a parameter: a slice of one they read (fairseq's in_proj_weight[0:H])
+# is a projection's weight, not rows of a table.
+PROJECTIONS = {"linear", "matmul", "mm", "bmm", "__matmul__", "addmm", "einsum", "conv1d"}
 
 
 def _is_table(t: torch.Tensor) -> bool:
