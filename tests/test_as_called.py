@@ -116,3 +116,45 @@ def test_a_fixed_scaling_inside_the_query_projection_is_named_there(minilm, tmp_
     code, out, err = cli("verify", minilm, "--model", f"{ZOO}:FoldedFixedScale", "--layout", table)
     assert code == 1 and "the query projection differs" in out, out + err
     assert "queries multiplied by a fixed 0.125 (1/sqrt(64)) after their projection" in out
+
+
+def test_a_roberta_counting_from_zero_fails_on_left_padding_alone(tmp_path, cli):
+    """A table written for it (RoBERTa's reserved rows left out); verify FAILS on the batch
+    padded on the left, saying it agrees on right padding and why."""
+    import transformers
+    from test_family_own import SIZES
+
+    torch.manual_seed(0)
+    checkpoint, table = tmp_path / "roberta", tmp_path / "t.toml"
+    transformers.RobertaModel(transformers.RobertaConfig(**SIZES)).save_pretrained(checkpoint)
+    args = ["--config", checkpoint / "config.json", "--out", table]
+    code, _, err = cli("infer", f"{ZOO}:FromZeroRoberta", *args)
+    assert code == 0, err
+    code, out, err = cli(
+        "verify", checkpoint, "--model", f"{ZOO}:FromZeroRoberta", "--layout", table
+    )
+    assert code == 1 and "agrees on right padding: it numbers positions" in out, out + err
+
+
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        ("Sinusoidal", "no tensor for the position embeddings (a (512, 384) table)"),
+        ("NoEmbeddingNorm", "no tensor for the embeddings' LayerNorm"),
+        ("PreLNWithFinalNorm", "no part of BERT fits its tensors final_norm.weight"),
+        ("PreLNWithFinalNorm", "Your model computes the LayerNorm before the sublayer (pre-LN)"),
+        ("ScaledWords", "Your model computes the word embeddings scaled by sqrt(hidden_size)"),
+        ("ReluBlocks", 'Your model computes ReLU ("relu")'),
+    ],
+)
+def test_a_model_lacking_or_adding_a_part_is_refused_naming_it(name, said, minilm, cli):
+    code, _, err = cli("infer", f"{ZOO}:{name}", "--config", minilm / "config.json")
+    assert code == 1 and said in err and "No deviation bertconv knows" not in err, err
+
+
+def test_a_token_type_table_of_other_rows_is_named(minilm, cli):
+    """BERT-pytorch's three segments (0 for the padding), where the checkpoint has two."""
+    seed = Path(__file__).parent / "seed_factories.py"
+    code, _, err = cli("infer", f"{seed}:bert_pytorch", "--config", minilm / "config.json")
+    assert code == 1 and "embedding.segment.weight is a table of 3 token types" in err, err
+    assert "where the checkpoint has 2 (type_vocab_size)" in err

@@ -310,15 +310,15 @@ def _inferred(spec: str, config_dict: dict | None, given: BertConfig, holding, d
         user.config = config
     given_labels = {"num_labels", "id2label"} & set(config_dict or {})  # not the default 2
     labels = config.num_labels if given_labels else None
-    found = Search(user, harness, config, spec, generated, labels, holding=holding, dense=dense)
-    found = found.run()
+    found = Search(user, harness, config, spec, generated, labels, holding=holding, dense=dense,
+                   types=given.type_vocab_size).run()  # fmt: skip
     if found.text is not None or not _square(dense, config):
         return found
     # LaBSE's Dense keeps the hidden width: shaped as BERT's pooler, and read first as it.
     # Taken as the directory's Dense instead, where the model computes that.
     dense_first = Search(
         user, harness, config, spec, generated, labels, holding=holding, dense=dense,
-        pooled=False,
+        pooled=False, types=given.type_vocab_size,
     ).run()  # fmt: skip
     return dense_first if dense_first.text is not None else found
 
@@ -396,6 +396,7 @@ class Search:
     holding: Holding = BERT_HOLDING  # how the model holds the checkpoint ([holding])
     dense: object = None  # sentence.Dense of --config's directory: placed in the model's own
     pooled: bool = True  # False: a square projection of the pooled state is the Dense, no pooler
+    types: int = 0  # the checkpoint's token types (type_vocab_size), held or not
 
     def run(self) -> Inference:
         embeddings = list(assign.global_choices(self.user))
@@ -526,7 +527,7 @@ class Search:
         """A table the model looks its token types up in whose rows are not the checkpoint's
         token types (BERT-pytorch's 3: one for the padding), said."""
         units = {u.weight: u for u in self.user.outside}
-        rows = self.config.type_vocab_size
+        rows = self.types or self.config.type_vocab_size
         return [
             f". {n} is a table of {units[n].shape[0]} token types the model looks its token "
             f"types up in, where the checkpoint has {rows} (type_vocab_size): a row of its own "
@@ -589,7 +590,9 @@ class Search:
         found = ", ".join(u.weight for u in outside + layer)
         return (
             f"no assignment of its tensors fits {_kind(self.config)}'s shapes: it has no tensor "
-            f"for {'; '.join(missing) or 'some part'}. Its tensors: {found}"
+            f"for {'; '.join(missing) or 'some part'}"
+            + "".join(self._other_types([u.weight for u in outside]))
+            + f". Its tensors: {found}"
         )
 
 

@@ -19,6 +19,7 @@ class Block(nn.Module):
         h = c.hidden_size
         self.heads, self.fill, self.query_scale = c.num_attention_heads, fill, query_scale
         self.folded = None  # the scaling in the query's projection (addmm), where set
+        self.act = F.gelu
         self.q, self.k, self.v, self.o = (nn.Linear(h, h) for _ in range(4))
         self.ln1 = nn.LayerNorm(h, eps=c.layer_norm_eps)
         self.ff1, self.ff2 = nn.Linear(h, c.intermediate_size), nn.Linear(c.intermediate_size, h)
@@ -43,7 +44,7 @@ class Block(nn.Module):
         scores = self.fill(scores, mask)
         context = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H)
         x = self.ln1(x + self.o(context))
-        return self.ln2(x + self.ff2(F.gelu(self.ff1(x))))
+        return self.ln2(x + self.ff2(self.act(self.ff1(x))))
 
 
 def keep_filled(scores, mask):
@@ -329,3 +330,107 @@ class TimeMajorEps(TimeMajor):
     """Must fail: the embeddings' LayerNorm with eps 1e-5."""
 
     eps = 1e-5
+
+
+class FromZeroRoberta(nn.Module):
+    """A RoBERTa counting positions from 0 over every place, padding included, into a table
+    without the two reserved rows (as BERT counts): right on right padding alone."""
+
+    def __init__(self, config):
+        super().__init__()
+        h = config.hidden_size
+        self.pad = config.pad_token_id
+        self.word_embeddings = nn.Embedding(config.vocab_size, h, padding_idx=self.pad)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, h)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, h)
+        self.norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
+        self.blocks = nn.ModuleList(
+            Block(config, keep_filled) for _ in range(config.num_hidden_layers)
+        )
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        where = torch.arange(input_ids.shape[1], device=input_ids.device)
+        types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+        x = self.word_embeddings(input_ids) + self.position_embeddings(where)[None]
+        x = self.norm(x + self.token_type_embeddings(types))
+        for block in self.blocks:
+            x = block(x, attention_mask.bool())
+        return x
+
+
+# Models that lack a part of BERT's or add one: refused, naming it --------------------------
+
+
+class Sinusoidal(Encoder):
+    """Fixed sinusoids for positions, computed in forward: no table of them."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        del self.pos
+
+    def embed(self, ids, types):
+        T, H = ids.shape[1], self.tok.embedding_dim
+        place = torch.arange(T, dtype=torch.float32)[:, None]
+        rate = torch.exp(torch.arange(0, H, 2).float() * (-math.log(10000.0) / H))
+        table = torch.zeros(T, H)
+        table[:, 0::2], table[:, 1::2] = torch.sin(place * rate), torch.cos(place * rate)
+        types = torch.zeros_like(ids) if types is None else types
+        return self.ln(self.tok(ids) + table[None] + self.seg(types))
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        return self.encode(input_ids, token_type_ids, attention_mask.bool())[-1]
+
+
+class NoEmbeddingNorm(KeepMask):
+    """The embeddings summed, no LayerNorm over them."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        del self.ln
+
+    def embed(self, ids, types):
+        where = torch.arange(ids.shape[1], device=ids.device)
+        return self.tok(ids) + self.pos(where)[None] + self.seg(types)
+
+
+class ScaledWords(KeepMask):
+    """The token embeddings scaled by sqrt(hidden size), as the Transformer paper's are."""
+
+    def embed(self, ids, types):
+        where = torch.arange(ids.shape[1], device=ids.device)
+        words = self.tok(ids) * math.sqrt(self.tok.embedding_dim)
+        return self.ln(words + self.pos(where)[None] + self.seg(types))
+
+
+class ReluBlocks(KeepMask):
+    """ReLU in the feed-forward, where BERT has GELU."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        for block in self.blocks:
+            block.act = F.relu
+
+
+class PreLNBlock(Block):
+    def forward(self, x, mask):
+        B, T, H = x.shape
+        d = H // self.heads
+        y = self.ln1(x)
+        q, k, v = (p(y).view(B, T, self.heads, d).transpose(1, 2) for p in (self.q, self.k, self.v))
+        scores = self.fill(q @ k.transpose(-2, -1) / math.sqrt(d), mask)
+        x = x + self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H))
+        return x + self.ff2(F.gelu(self.ff1(self.ln2(x))))
+
+
+class PreLNWithFinalNorm(KeepMask):
+    """LayerNorms before each sublayer, and one after the last layer (GPT-2's, ViT's)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.blocks = nn.ModuleList(
+            PreLNBlock(config, keep_filled) for _ in range(config.num_hidden_layers)
+        )
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        return self.final_norm(super().forward(input_ids, attention_mask, token_type_ids))
