@@ -19,11 +19,11 @@ RIGHT = ["KeepMask", "HideMask", "AssertsPositions", "Varargs", "ReturnsItsOwnCl
 
 
 @pytest.mark.parametrize("name", RIGHT)
-def test_each_is_inferred_and_passes_on_minilm(name, minilm, tmp_path, cli):
-    table = tmp_path / "table.toml"
-    code, _, err = cli("infer", f"{ZOO}:{name}", "--config", minilm / "config.json", "--out", table)
+def test_each_is_inferred_and_passes(name, checkpoints, tmp_path, cli):
+    table, bert = tmp_path / "table.toml", checkpoints["base"]
+    code, _, err = cli("infer", f"{ZOO}:{name}", "--config", bert / "config.json", "--out", table)
     assert code == 0, err
-    code, out, err = cli("verify", minilm, "--model", f"{ZOO}:{name}", "--layout", table)
+    code, out, err = cli("verify", bert, "--model", f"{ZOO}:{name}", "--layout", table)
     assert code == 0 and "PASSED" in out, out + err
 
 
@@ -64,10 +64,11 @@ def test_a_call_rejected_for_an_optional_argument_is_tried_without_it():
     assert model.plan.arguments == {"input_ids": "input_ids"}
 
 
-def test_an_eps_of_its_own_fails_named(minilm, tmp_path, cli):
+def test_an_eps_of_its_own_fails_named(checkpoints, tmp_path, cli):
     table = tmp_path / "table.toml"
     assert cli("infer", f"{ZOO}:KeepMask", "--out", table)[0] == 0
-    code, out, err = cli("verify", minilm, "--model", f"{ZOO}:KeepMaskEps", "--layout", table)
+    args = ["--model", f"{ZOO}:KeepMaskEps", "--layout", table]
+    code, out, err = cli("verify", checkpoints["base"], *args)
     assert code == 1 and "LayerNorm eps 1e-05" in out, out + err
 
 
@@ -97,16 +98,16 @@ def test_mpnets_fused_time_major_in_projection_is_split_and_passes(tmp_path, cli
 
 
 def test_a_time_major_model_with_a_key_padding_mask_passes_and_its_eps_is_named(
-    minilm, tmp_path, cli
+    checkpoints, tmp_path, cli
 ):
-    table = tmp_path / "table.toml"
+    table, bert = tmp_path / "table.toml", checkpoints["base"]
     code, _, err = cli("infer", f"{ZOO}:TimeMajor", "--out", table)
     assert code == 0, err
-    code, out, err = cli("verify", minilm, "--model", f"{ZOO}:TimeMajor", "--layout", table)
+    code, out, err = cli("verify", bert, "--model", f"{ZOO}:TimeMajor", "--layout", table)
     assert code == 0 and "PASSED" in out, out + err
-    code, out, err = cli("verify", minilm, "--model", f"{ZOO}:TimeMajorEps", "--layout", table)
+    code, out, err = cli("verify", bert, "--model", f"{ZOO}:TimeMajorEps", "--layout", table)
     assert code == 1 and "LayerNorm eps 1e-05" in out, out + err
-    code, _, err = cli("infer", f"{ZOO}:TimeMajorEps", "--config", minilm / "config.json")
+    code, _, err = cli("infer", f"{ZOO}:TimeMajorEps", "--config", bert / "config.json")
     assert code == 1 and "eps 1e-05" in err, err
 
 
