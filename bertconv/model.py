@@ -80,7 +80,9 @@ class Padding:
     def __init__(self, attention_mask: torch.Tensor | None, shape: torch.Size) -> None:
         self.shape = shape  # (B, T)
         self.real = self.key_mask = None
-        if attention_mask is not None:
+        # A mask that hides nothing is no mask: nothing to pack, and SDPA, given no mask, takes
+        # its fastest kernel (transformers drops such a mask too).
+        if attention_mask is not None and not bool(attention_mask.all()):
             real = attention_mask.flatten().bool()  # (B * T,)
             self.real = real.nonzero().squeeze(1)  # (N,), into B * T
             # Each position's row among the N real tokens. Unpacking gathers these rows (a

@@ -140,7 +140,16 @@ def test_padding_is_skipped_and_left_zero(checkpoints, batch):
         ones = torch.ones_like(batch["attention_mask"])
         a = model(batch["input_ids"], None, batch["token_type_ids"]).last_hidden_state
         b = model(batch["input_ids"], ones, batch["token_type_ids"]).last_hidden_state
-    assert (a - b).abs().max() <= FLOAT32_MAX_ABS
+    assert torch.equal(a, b)  # a mask hiding nothing is no mask: the same path, the same values
+
+
+def test_a_mask_hiding_nothing_packs_nothing_and_gives_sdpa_no_mask():
+    from bertconv.model import Padding
+
+    whole = Padding(torch.ones(2, 5, dtype=torch.long), torch.Size((2, 5)))
+    assert whole.real is None and whole.key_mask is None
+    padded = Padding(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]), torch.Size((2, 5)))
+    assert padded.real.tolist() == [0, 1, 2, 3, 4, 5, 6] and padded.key_mask.shape == (2, 1, 1, 5)
 
 
 def sequence_by_sequence(q, k, v, offsets, offsets_k, longest, longest_k):
