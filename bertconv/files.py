@@ -378,17 +378,19 @@ class OutputDir:
         return Path(path).relative_to(self.path).as_posix()
 
     def stage(self, name: str) -> Path:
-        """A new path beside `name` to write it to (`name` may lie in a folder, made here)."""
+        """A new path to write `name` to, at the top of the directory whatever folder `name`
+        lies in (1_Pooling/config.json): a writer killed before its commit leaves no folder of
+        its own among the user's, only staged files the next run clears."""
         final = self.path / name
-        self._make_folders(final.parent)
-        tmp = partial(final)
+        self._make_folders(final.parent, make=False)  # a link or a file in the way: said now
+        tmp = partial(self.path / name.replace("/", "~"))
         tmp.touch(exist_ok=False)
         self.staged.append((tmp, final))
         return tmp
 
-    def _make_folders(self, folder: Path) -> None:
-        """The folders between the directory and `folder`, made where missing; one that is a
-        link (it could lead anywhere) or a file is refused by name."""
+    def _make_folders(self, folder: Path, make: bool = True) -> None:
+        """The folders between the directory and `folder`, made where missing (`make`); one
+        that is a link (it could lead anywhere) or a file is refused by name."""
         parts = folder.relative_to(self.path).parts
         for place in (self.path.joinpath(*parts[: i + 1]) for i in range(len(parts))):
             if place.is_symlink() or (os.path.lexists(place) and not _is_directory(place)):
@@ -397,7 +399,7 @@ class OutputDir:
                     "writes a folder of the checkpoint's; move it out of the way, or choose "
                     "another --out"
                 )
-            if not os.path.lexists(place):
+            if make and not os.path.lexists(place):
                 place.mkdir()
                 self.created.append(place)
 
@@ -421,6 +423,7 @@ class OutputDir:
                 for stale in self._stale():  # an earlier result's, that this one does not write
                     kept.append((stale, _set_aside(stale, replaced=False)))
                 for tmp, final in self.staged:
+                    self._make_folders(final.parent)
                     kept.append((final, _set_aside(final)))
                     os.replace(tmp, final)
             except BaseException:

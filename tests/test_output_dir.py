@@ -134,6 +134,19 @@ def test_a_failing_writer_removes_its_directory_before_letting_the_next_in(tmp_p
     assert seen == [False] and not (tmp_path / "made").exists()
 
 
+def test_a_module_folder_comes_only_at_the_commit(tmp_path):
+    """A module's file is staged at the top: a writer killed before its commit leaves no
+    folder of its own among the user's files (1_Pooling/ in an earlier result's output)."""
+    out = tmp_path / "out"
+    with files.OutputDir(out, ("1_Pooling/config.json",)) as output:
+        output.stage("1_Pooling/config.json").write_text("{}")
+        assert not (out / "1_Pooling").exists()
+        assert [p.parent for p in out.glob(".*.partial")] == [out]
+        output.commit()
+    assert (out / "1_Pooling" / "config.json").read_text() == "{}"
+    assert not list(out.rglob("*.partial"))
+
+
 def convert_at_once(*sources: Path, out: Path) -> list[subprocess.CompletedProcess]:
     procs = [
         subprocess.Popen(

@@ -153,9 +153,6 @@ def _embeddings_gap(ours: "Yours", batch: dict, expected: torch.Tensor) -> float
     return float((got[EMBEDDINGS] - expected).abs().max())
 
 
-MASK_PROBE_LENGTH = 16  # tokens a row of the batch the mask's form is chosen on
-
-
 class Yours(Runner):
     """The user's own model (yours/harness.py), holding the checkpoint's tensors under the names its
     table gives them (the table whose names are the model's, unless one is given), every
@@ -164,9 +161,7 @@ class Yours(Runner):
     def __init__(self, ckpt: Checkpoint, reading: Reading, spec: str, table_name, read=None):
         self.ckpt = ckpt  # as the model takes it (family.held)
         self.types_left_out = 0.0  # the checkpoint's token types, where the model has none
-        # the forms of its mask told apart on a short batch: each is a forward or two
-        probe = random_batch(ckpt.config, MASK_PROBE_LENGTH)
-        self.harness = load(spec, ckpt.config_dict, ckpt.config, probe)
+        self.harness = load(spec, ckpt.config_dict, ckpt.config, random_batch(ckpt.config))
         model = self.harness.model
         shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
         buffers = frozenset(n for n, _ in model.named_buffers())
