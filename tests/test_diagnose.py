@@ -43,10 +43,19 @@ EXPECTED = {
 }
 
 
+# Proven on MiniLM: GELU's 1.41421 passes the tolerance only in a deep, wide model's later
+# layers; on the tiny BERT (heads 8 wide, a feed-forward of 37) the tanh GELU, a fixed 8 and
+# pre-LN (raw) are not yet named at their step (a known gap, said in issue 45's closing note).
+ON_MINILM = {"gelu_constant", "tanh_gelu", "fixed_scale", "pre_ln"}
+
+
 @pytest.mark.parametrize("style", ["modules", "raw"])
 @pytest.mark.parametrize("bug", EXPECTED)
-def test_each_deviation_is_found_named_and_proven(bug, style, minilm):
-    report = verify(str(minilm), "cpu", model=f"{DEVIATIONS}:{bug}_{style}")
+def test_each_deviation_is_found_named_and_proven(bug, style, minilm, checkpoints):
+    """On the tiny BERT (a verify of it costs a fifth of MiniLM's), but for the deviations
+    whose step the tiny one's sizes blur (ON_MINILM)."""
+    where = minilm if bug in ON_MINILM else checkpoints["base"]
+    report = verify(str(where), "cpu", model=f"{DEVIATIONS}:{bug}_{style}")
     row, step, cause = EXPECTED[bug]
     found = report.diagnosis
     assert not report.passed and found is not None
