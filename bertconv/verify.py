@@ -299,8 +299,7 @@ def _with_returned(got, truth, returned: list, pipeline, reference, config) -> t
 def _differs_on_batches(got, truth, every: tuple, returned: list) -> Diagnosis | None:
     """Where the model's sentence embedding agrees on the directory's texts (`got`, `truth`)
     and differs on verify's own batches (`every`: both with the vectors `returned` there):
-    which, and on left padding alone, that it agrees on right padding (None where the texts
-    differ: the steps of the pipeline say why)."""
+    which (None where the texts differ: the steps of the pipeline say why)."""
     if got.shape != truth.shape or float((got - truth).abs().max()) > FLOAT32_MAX_ABS:
         return None
     if not every[0].dim():  # a vector of another width: the row says so
@@ -316,14 +315,9 @@ def _differs_on_batches(got, truth, every: tuple, returned: list) -> Diagnosis |
     kinds = ", ".join(dict.fromkeys(b.kind for b, _ in differing))
     cause = (
         f"your sentence embedding agrees on the directory's texts, and differs on {kinds} "
-        f"(max abs {max(off for _, off in differing):.1e})"
+        f"(max abs {max(off for _, off in differing):.1e}): no step after the encoder is "
+        "recomputed there"
     )
-    if all(b.left for b, _ in differing):
-        cause += (
-            ": it agrees on right padding. On a row padded on the left the directory pools "
-            "from the real tokens only (its CLS is the first real token, its last token the "
-            "last real one); a pooling that reads fixed places (x[:, 0]) reads padding there"
-        )
     return Diagnosis(str(SENTENCE), None, math.nan, [], cause=cause)
 
 

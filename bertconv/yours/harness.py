@@ -440,8 +440,10 @@ def _called(harness: Harness, batch: dict) -> Plan:
     """The plan its forward runs with: as planned, its mask in the form it takes (`masked`);
     where every call raises, the same without each optional argument bertconv chose in turn (a
     forward asserting `positions is None`), before the first error is reported as the model's."""
-    first, lazy = harness.plan, nn.parameter.UninitializedParameter
-    lazy = any(isinstance(p, lazy) for p in harness.model.parameters())
+    first = harness.plan
+    lazy = any(
+        isinstance(p, nn.parameter.UninitializedParameter) for p in harness.model.parameters()
+    )
     chosen = [a for a, v in first.arguments.items() if a in first.optional and v != "input_ids"]
     fewer = [
         replace(first, arguments={k: v for k, v in first.arguments.items() if k != a})

@@ -19,6 +19,7 @@ part) is refused, naming where the closest assignment diverges.
 
 import itertools
 from dataclasses import dataclass, replace
+from functools import partial
 
 import torch
 
@@ -310,16 +311,14 @@ def _inferred(spec: str, config_dict: dict | None, given: BertConfig, holding, d
         user.config = config
     given_labels = {"num_labels", "id2label"} & set(config_dict or {})  # not the default 2
     labels = config.num_labels if given_labels else None
-    found = Search(user, harness, config, spec, generated, labels, holding=holding, dense=dense,
-                   types=given.type_vocab_size).run()  # fmt: skip
+    search = partial(Search, user, harness, config, spec, generated, labels, holding=holding,
+                     dense=dense, types=given.type_vocab_size)  # fmt: skip
+    found = search().run()
     if found.text is not None or not _square(dense, config):
         return found
     # LaBSE's Dense keeps the hidden width: shaped as BERT's pooler, and read first as it.
     # Taken as the directory's Dense instead, where the model computes that.
-    dense_first = Search(
-        user, harness, config, spec, generated, labels, holding=holding, dense=dense,
-        pooled=False, types=given.type_vocab_size,
-    ).run()  # fmt: skip
+    dense_first = search(pooled=False).run()
     return dense_first if dense_first.text is not None else found
 
 

@@ -287,16 +287,15 @@ def layer_steps(view: Values, model: BertModel, config: BertConfig, index: int) 
             )
         yours, bert = view.output(p[name]), W(x)
         scale = _scale(yours, bert) if name == "query" else None
-        if scale is not None and math.isclose(scale, 1 / math.sqrt(sa.head_dim), rel_tol=1e-4):
-            # the queries scaled before the scores (fairseq's way): BERT's scaling, as written
+        as_bert = scale is not None and math.isclose(
+            scale * math.sqrt(sa.head_dim), 1, rel_tol=1e-4
+        )
+        if as_bert:  # the queries scaled before the scores (fairseq's way): BERT's scaling
             bert = bert * scale
-            own[name] = yours / scale
-            yield Step(f"the {name} projection", yours, bert, deviations)
-            continue
-        if scale is not None:
+        elif scale is not None:
             deviations[_scaled_after(scale, sa.head_dim)] = lambda s=scale, b=bert: b * s
         yield Step(f"the {name} projection", yours, bert, deviations)
-        own[name] = bert if yours is None else yours
+        own[name] = yours / scale if as_bert else (bert if yours is None else yours)
     shared = model.encoder.position_bias(x.shape[1], x.device)  # MPNet's, every layer's
     context = attend(sa, own, view.mask, shared=shared)
     yours_context = view.input(p["attention output"])
