@@ -21,6 +21,7 @@ import shutil
 import stat
 from collections.abc import Callable
 from contextlib import contextmanager, suppress
+from functools import cache
 from itertools import takewhile
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -47,6 +48,8 @@ LOCK_TRIES = 100
 READ_TRIES = 3  # reads of files that another process keeps rewriting, before giving up
 CHECKSUM_READ = 1 << 20  # bytes read at a time to checksum a file
 CHECKED: dict[tuple, str] = {}  # (identity and times, blank) -> CRC32C: each file read once
+RANGES: dict[tuple, dict[int, tuple[int, int]]] = {}  # identity -> start -> (end, CRC32C)
+SCANS: list = []  # a threading.Event for each scan still remembering ranges, set when it ends
 T = TypeVar("T")
 
 
@@ -102,6 +105,72 @@ def checksum(path: Path, blank: tuple[int, int] | None = None) -> dict:
                 CHECKED.clear()
             CHECKED[key, blank] = _crc32c(f, blank)
     return {"bytes": found.st_size, "crc32c": CHECKED[key, blank]}
+
+
+def remember_range(path: Path, start: int, end: int, crc: int) -> None:
+    """Take `crc` as the CRC32C of bytes [start, end) of `path`, as it is now, read by one who
+    checksummed them as it read them (a conversion's scan of its source)."""
+    key = identity(path)
+    if key is not None:
+        if len(RANGES) > 64:  # files, each with its tensors' ranges
+            RANGES.clear()
+        RANGES.setdefault(key, {})[start] = (end, crc)
+
+
+def range_checksum(path: Path, start: int, end: int) -> int | None:
+    """The CRC32C of bytes [start, end) of `path` from the ranges remembered of it as it is
+    now, where they join into exactly those bytes; None where they do not. Scans still running
+    are waited for."""
+    for scan in list(SCANS):
+        scan.wait()
+    known, crc = RANGES.get(identity(path), {}), 0
+    while start < end and start in known:
+        stop, found = known[start]
+        if stop > end:
+            return None
+        crc, start = crc32c_combine(crc, found, stop - start), stop
+    return crc if start == end else None
+
+
+def remember(path: Path, digits: str) -> None:
+    """Take `digits` as the checksum of the file `path`, just written by one who computed them
+    as it wrote: `checksum` then does not read it again while it is as it is now."""
+    found = os.stat(path, follow_symlinks=False)
+    key = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+    CHECKED[key, None] = digits
+
+
+# CRC32C (Castagnoli's polynomial, reflected), as google_crc32c computes it; the arithmetic
+# modulo that polynomial lets two checksums be joined without the bytes (zlib's crc32_combine).
+CASTAGNOLI = 0x82F63B78
+
+
+def crc32c_combine(first: int, second: int, length: int) -> int:
+    """The CRC32C of A then B, from A's (`first`), B's (`second`) and B's `length` in bytes."""
+    return _times(_x_power(length), first) ^ second
+
+
+def _times(a: int, b: int) -> int:
+    """a times b, modulo the polynomial (bit 31 is x^0)."""
+    product, bit = 0, 1 << 31
+    while a:
+        if a & bit:
+            product ^= b
+            a ^= bit
+        bit >>= 1
+        b = (b >> 1) ^ CASTAGNOLI if b & 1 else b >> 1
+    return product
+
+
+@cache
+def _x_power(length: int) -> int:
+    """x^(8 * length) modulo the polynomial: a checksum shifted past `length` zero bytes."""
+    power, square, n = 1 << 31, 1 << 30, 8 * length  # x^0; x^1
+    while n:
+        if n & 1:
+            power = _times(square, power)
+        square, n = _times(square, square), n >> 1
+    return power
 
 
 def _crc32c(f: BinaryIO, blank: tuple[int, int] | None) -> str:

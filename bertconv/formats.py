@@ -234,8 +234,7 @@ def _write_safetensors(out: files.OutputDir, tensors: dict, metadata: dict, prog
     """With the record of what was written (record.py) in its metadata, and its own seal."""
     metadata = record.metadata(out, metadata)  # of the files staged before it
     path = out.stage(record.WEIGHTS)
-    writing.write_safetensors(path, tensors, metadata, progress)
-    record.seal(path)
+    record.seal(path, writing.write_safetensors(path, tensors, metadata, progress))
 
 
 def _write_tf(out: files.OutputDir, tensors: dict, metadata: dict, progress) -> None:

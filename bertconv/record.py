@@ -38,10 +38,10 @@ def metadata(out: files.OutputDir, given: dict[str, str]) -> dict[str, str]:
     return {SEAL_KEY: UNSEALED, **given, FILES_KEY: json.dumps(_staged(out), sort_keys=True)}
 
 
-def seal(path: Path) -> None:
-    """Write into a safetensors file written with `metadata` its own checksum."""
+def seal(path: Path, digits: str) -> None:
+    """Write into a safetensors file written with `metadata` its own checksum: the `digits` of
+    the file as written, its seal's digits as `UNSEALED` (writing.write_safetensors')."""
     span = _seal_span(path)
-    digits = files.checksum(path, span)["crc32c"]
     with open(path, "r+b") as f:
         f.seek(span[0])
         f.write(digits.encode())

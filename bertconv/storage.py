@@ -420,18 +420,43 @@ EXPONENT = {"F16": (0x7C, 0x00), "BF16": (0x7F, 0x80), "F32": (0x7F, 0x80), "F64
 SCAN = 1 << 20  # bytes read at a time: a block and its slices stay in the CPU's cache
 
 
-def nonfinite(tensors: dict[str, Tensor], vectorised: bool = False) -> list[str]:
+def nonfinite(
+    tensors: dict[str, Tensor], vectorised: bool = False, checksums: bool = False
+) -> list[str]:
     """The names of the floating-point tensors that hold a NaN or an Inf, found without torch:
     a C-speed pass over the top byte of each element, and an exact test of the exponent only
     where the top byte allows one (~0.1 s for bert-base's 440 MB). `vectorised`: by numpy,
     for a conversion that imports it anyway (it transposes): as fast, and it lets go of the
-    GIL, so that a scan beside the transposition does not hold it up."""
+    GIL, so that a scan beside the transposition does not hold it up. `checksums`: every stored
+    tensor is read whole, and its CRC32C taken as its blocks pass (files.remember_range), so
+    that what a conversion writes is checksummed without reading its source again."""
     test = _has_nonfinite_vectorised if vectorised else _has_nonfinite
-    return [
-        name
-        for name, t in tensors.items()
-        if t.dtype in EXPONENT and any(test(b, t.dtype) for b in blocks(t))
-    ]
+    found = []
+    for name, t in tensors.items():
+        if checksums and isinstance(t, Stored):
+            if _scan_stored(t, test):
+                found.append(name)
+        elif t.dtype in EXPONENT and any(test(b, t.dtype) for b in blocks(t)):
+            found.append(name)
+    return found
+
+
+def _scan_stored(t: Stored, test: Callable) -> bool:
+    """Whether a stored tensor holds a NaN or an Inf (floats only), its checksum remembered."""
+    import google_crc32c
+
+    crc, bad, floats = 0, False, t.dtype in EXPONENT
+    with descriptor(t.path) as fd:
+        at = t.start
+        while at < t.end:
+            block = os.pread(fd, min(SCAN, t.end - at), at)  # bytes: google_crc32c reads no other
+            if not block:
+                raise ended_early(t.path, t.end - at)
+            crc = google_crc32c.extend(crc, block)
+            bad = bad or (floats and test(block, t.dtype))
+            at += len(block)
+    files.remember_range(t.path, t.start, t.end, crc)
+    return bad
 
 
 def nonfinite_soon(tensors: dict[str, Tensor], vectorised: bool = False) -> Callable[[], list[str]]:
@@ -440,13 +465,17 @@ def nonfinite_soon(tensors: dict[str, Tensor], vectorised: bool = False) -> Call
     overlaps it."""
     from concurrent.futures import Future  # here only: it imports logging (~8 ms)
 
-    answer = Future()
+    answer, done = Future(), threading.Event()
+    files.SCANS.append(done)  # a checksum of its ranges waits for it (files.range_checksum)
 
     def scan() -> None:
         try:
-            answer.set_result(nonfinite(tensors, vectorised))
+            answer.set_result(nonfinite(tensors, vectorised, checksums=True))
         except BaseException as e:  # raised again by the waiting function
             answer.set_exception(e)
+        finally:
+            files.SCANS.remove(done)
+            done.set()
 
     scanner = in_thread(scan)
     scanner.daemon = True

@@ -514,15 +514,16 @@ def write_bundle(index: Path, data: Path, tensors: dict, progress=lambda n: None
     BundleWriter writes them: the data file (the tensors in the order of their names), then the
     index file. The index names no file: the data is found beside it, by its name."""
     names = sorted(tensors, key=lambda n: n.encode())
-    writing.write_raw(data, [tensors[n] for n in names], progress)
-    written, offset = [], 0
-    for name in names:
-        t = tensors[name]
-        written.append(storage.Stored(data, t.dtype, t.shape, offset, offset + storage.nbytes(t)))
-        offset = written[-1].end
-    builder = TableBuilder()
+    sizes = [storage.nbytes(tensors[n]) for n in names]
+    checksum = writing.Checksum(sizes)  # each tensor's, and the file's for its record
+    writing.write_raw(data, [tensors[n] for n in names], progress, checksum=checksum)
+    files.remember(data, checksum.result())
+    builder, offset = TableBuilder(), 0
     builder.add(HEADER_KEY, HEADER_PROTO)
-    for name, t, crc in zip(names, written, checksums(data, written), strict=True):
-        entry = entry_proto(TF_DTYPES[t.dtype], t.shape, t.start, t.end - t.start, mask(crc))
-        builder.add(name.encode(), entry)
+    for name, size, crc in zip(names, sizes, checksum.segments, strict=True):
+        t = tensors[name]
+        builder.add(
+            name.encode(), entry_proto(TF_DTYPES[t.dtype], t.shape, offset, size, mask(crc))
+        )
+        offset += size
     index.write_bytes(builder.finish())

@@ -183,3 +183,59 @@ def test_a_copy_from_a_source_cut_short_names_it_and_the_bytes_missing(tmp_path)
         f.truncate(stored.end - 100)
     with pytest.raises(CheckpointError, match="w.safetensors: the source ended 100 bytes early"):
         writing.write_raw(tmp_path / "out.data", [stored])
+
+
+def test_crc32c_combine_joins_two_checksums_as_the_bytes_joined_would():
+    import random
+
+    import google_crc32c
+
+    from bertconv import files
+
+    rng = random.Random(0)
+    for _ in range(50):
+        a, b = rng.randbytes(rng.randrange(0, 3000)), rng.randbytes(rng.randrange(0, 3000))
+        joined = files.crc32c_combine(google_crc32c.value(a), google_crc32c.value(b), len(b))
+        assert joined == google_crc32c.value(a + b)
+
+
+@pytest.mark.parametrize("scanned", [False, True])
+def test_a_file_is_checksummed_as_written_whole_and_by_segment(tmp_path, scanned):
+    """Blocks (a transposed tensor's, memory's) and ranges copied by the kernel, cut where a
+    segment ends; a range's checksum taken from the scan of its source where one ran, read
+    otherwise: the same digits as reading the file back."""
+    import google_crc32c
+
+    from bertconv import files
+
+    g = torch.Generator().manual_seed(0)
+    save_file(
+        {"a": torch.randn(300, 7, generator=g), "b": torch.randn(50, generator=g)},
+        tmp_path / "in.safetensors",
+    )
+    stored, _ = storage.read_header(tmp_path / "in.safetensors")
+    if scanned:
+        files.RANGES.clear()
+        assert storage.nonfinite_soon(stored)() == []
+        assert files.RANGES  # the scan remembered what it read
+    tensors = [storage.arange(6, (6,)), stored["a"], stored["b"], storage.transpose(stored["a"])]
+    sizes = [storage.nbytes(t) for t in tensors]
+    checksum = writing.Checksum(sizes)
+    writing.write_raw(tmp_path / "out", tensors, checksum=checksum)
+    data = (tmp_path / "out").read_bytes()
+    assert checksum.result() == f"{google_crc32c.value(data):08x}"
+    ends = [sum(sizes[: i + 1]) for i in range(len(sizes))]
+    pieces = [data[e - s : e] for s, e in zip(sizes, ends, strict=True)]
+    assert checksum.segments == [google_crc32c.value(p) for p in pieces]
+
+
+def test_a_range_remembered_of_a_file_since_changed_is_not_taken(tmp_path):
+    from bertconv import files
+
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 100)
+    files.remember_range(path, 0, 100, 1234)
+    assert files.range_checksum(path, 0, 100) == 1234
+    assert files.range_checksum(path, 0, 50) is None  # not the union of ranges remembered
+    os.utime(path, ns=(1, 1))  # written since, as far as anyone can tell
+    assert files.range_checksum(path, 0, 100) is None
