@@ -430,7 +430,7 @@ def nonfinite(
     GIL, so that a scan beside the transposition does not hold it up. `checksums`: every stored
     tensor is read whole, and its CRC32C taken as its blocks pass (files.remember_range), so
     that what a conversion writes is checksummed without reading its source again."""
-    test = _has_nonfinite_vectorised if vectorised else _has_nonfinite
+    test = _has_nonfinite_vectorised if vectorised else has_nonfinite
     found = []
     for name, t in tensors.items():
         if checksums and isinstance(t, Stored):
@@ -442,8 +442,13 @@ def nonfinite(
 
 
 def _scan_stored(t: Stored, test: Callable) -> bool:
-    """Whether a stored tensor holds a NaN or an Inf (floats only), its checksum remembered."""
+    """Whether a stored tensor holds a NaN or an Inf (floats only), its checksum remembered;
+    read only where no reader of it (a bundle's check) remembered both."""
     import google_crc32c
+
+    known = files.range_nonfinite(t.path, t.start, t.end)
+    if known is not None:
+        return known
 
     crc, bad, floats = 0, False, t.dtype in EXPONENT
     with descriptor(t.path) as fd:
@@ -505,7 +510,7 @@ def _exponent_tests(dtype: str) -> tuple[list[int], bytes, bytes]:
     return candidates, top, below
 
 
-def _has_nonfinite(block: bytes | bytearray, dtype: str) -> bool:
+def has_nonfinite(block: bytes | bytearray, dtype: str) -> bool:
     item = ITEM_SIZE[dtype]
     candidates, top_table, below_table = _exponent_tests(dtype)
     top = block[item - 1 :: item]
@@ -519,7 +524,7 @@ def _has_nonfinite(block: bytes | bytearray, dtype: str) -> bool:
 
 
 def _has_nonfinite_vectorised(block: bytes | bytearray, dtype: str) -> bool:
-    """_has_nonfinite by numpy: elements whose exponent bits are all set."""
+    """has_nonfinite by numpy: elements whose exponent bits are all set."""
     import numpy as np
 
     item = ITEM_SIZE[dtype]
