@@ -16,7 +16,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import shutil
 import stat
 from collections.abc import Callable
@@ -570,7 +569,7 @@ def _refuse_dangling(path: Path) -> None:
 
 def partial(path: Path) -> Path:
     """A new name beside `path`, of the form PARTIAL (which only bertconv uses)."""
-    return path.with_name(f".{path.name}.bertconv-{secrets.token_hex(6)}.partial")
+    return path.with_name(f".{path.name}.bertconv-{os.urandom(6).hex()}.partial")
 
 
 def _set_aside(final: Path, replaced: bool = True) -> Path | None:

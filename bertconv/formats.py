@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from . import files, h5weights, pickles, record, storage, tfbundle, writing
+from . import files, record, storage, writing
 from .errors import BertconvError, CheckpointError, NotFoundError
 
 # What a conversion into a TensorFlow layout writes, as google-research/bert's releases ship it.
@@ -219,14 +219,20 @@ def _read_safetensors(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
 
 
 def _read_bin(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
+    from . import pickles  # here only: pickletools and zipfile cost a safetensors reader ~10 ms
+
     return pickles.read_bin(path), {}
 
 
 def _read_tf(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
+    from . import tfbundle
+
     return tfbundle.read_bundle(path.with_suffix(""), progress or (lambda n: None)), {}
 
 
 def _read_h5(path: Path, progress=None) -> tuple[dict, dict[str, str]]:
+    from . import h5weights
+
     return h5weights.read_h5(path), {}
 
 
@@ -240,6 +246,8 @@ def _write_safetensors(out: files.OutputDir, tensors: dict, metadata: dict, prog
 def _write_tf(out: files.OutputDir, tensors: dict, metadata: dict, progress) -> None:
     """A bundle has no room for metadata: it is known by its file names, and what was written
     is recorded beside it (record.py's manifest)."""
+    from . import tfbundle
+
     data = out.stage(tfbundle.data_file(Path(TF_PREFIX)).name)
     index = out.stage(f"{TF_PREFIX}.index")  # the index last: it makes the checkpoint
     tfbundle.write_bundle(index, data, tensors, progress)

@@ -465,27 +465,31 @@ def _scan_stored(t: Stored, test: Callable) -> bool:
 
 
 def nonfinite_soon(tensors: dict[str, Tensor], vectorised: bool = False) -> Callable[[], list[str]]:
-    """Start `nonfinite(tensors, vectorised)` in a thread and return a function that waits for
-    its answer. The copy of a conversion runs in the kernel, outside the GIL, so the scan
-    overlaps it."""
-    from concurrent.futures import Future  # here only: it imports logging (~8 ms)
-
-    answer, done = Future(), threading.Event()
+    """Start `nonfinite(tensors, vectorised)` in a thread, each stored tensor's checksum taken
+    as it passes, and return a function that waits for its answer (a failure raised there).
+    The copy of a conversion runs in the kernel, outside the GIL, so the scan overlaps it."""
+    answer, done = [], threading.Event()
     files.SCANS.append(done)  # a checksum of its ranges waits for it (files.range_checksum)
 
     def scan() -> None:
         try:
-            answer.set_result(nonfinite(tensors, vectorised, checksums=True))
+            answer.append(nonfinite(tensors, vectorised, checksums=True))
         except BaseException as e:  # raised again by the waiting function
-            answer.set_exception(e)
+            answer.append(e)
         finally:
             files.SCANS.remove(done)
             done.set()
 
+    def result() -> list[str]:
+        done.wait()
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        return answer[0]
+
     scanner = in_thread(scan)
     scanner.daemon = True
     scanner.start()
-    return answer.result
+    return result
 
 
 def transposes(tensors: dict[str, Tensor]) -> bool:

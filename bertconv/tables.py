@@ -11,7 +11,6 @@ rows are shapes, so that a file is identified by its names and its sizes read of
 shapes without a config.json.
 """
 
-import hashlib
 import re
 import tomllib
 from dataclasses import dataclass
@@ -289,6 +288,8 @@ def _state(path: Path) -> tuple[str, int, int]:
 
 
 def digest(data: bytes) -> str:
+    import hashlib  # here only: OpenSSL's loading costs every command ~5 ms
+
     return hashlib.sha256(data).hexdigest()
 
 
