@@ -157,19 +157,25 @@ class Probe:
 def random_weights(official: dict, places: dict) -> dict[str, torch.Tensor]:
     """Seeded random official tensors of these shapes, drawn into `places` where given:
     LayerNorms' gammas around 1 and every bias random (so no two are alike), matrices scaled by
-    their fan-in."""
-    g = torch.Generator().manual_seed(0)
-    out = {}
-    for name, shape in official.items():
-        t = torch.randn(shape, generator=g)
+    their fan-in. Each tensor has a generator of its own, seeded by its place in `official`, so
+    that two are drawn at once (torch lets go of the GIL as it draws: bert-base's 110M numbers
+    in ~0.4 s, not ~0.8 s)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def draw(index: int, name: str) -> torch.Tensor:
+        shape = official[name]
+        t = torch.randn(shape, generator=torch.Generator().manual_seed(index))
         if name.endswith("LayerNorm.weight"):
-            t = 1.0 + 0.5 * t
+            t.mul_(0.5).add_(1.0)
         elif len(shape) == 1:
-            t = 0.5 * t
+            t.mul_(0.5)
         else:
-            t = t / shape[-1] ** 0.5
-        out[name] = places[name].view(shape).copy_(t) if name in places else t
-    return out
+            t.div_(shape[-1] ** 0.5)
+        return places[name].view(shape).copy_(t) if name in places else t
+
+    with ThreadPoolExecutor(2) as pool:
+        drawn = pool.map(draw, range(len(official)), official)
+        return dict(zip(official, drawn, strict=True))
 
 
 def _places(t: storage.Tensor, tensor: torch.Tensor, out: dict) -> None:
