@@ -83,6 +83,13 @@ def run(argv: list[str], env: dict | None = None, ok=(0,)) -> tuple[float, float
     return seconds, int(report.read_text().split()[-1]) / 1024
 
 
+def python_copy(src: Path, dst: Path) -> tuple[float, float]:
+    """What a user would do instead of a rename-only conversion: a Python process copying the
+    same bytes (shutil.copyfile: the kernel's sendfile), start-up included, as bertconv's is."""
+    code = "import shutil, sys; shutil.copyfile(sys.argv[1], sys.argv[2])"
+    return run([sys.executable, "-c", code, str(src), str(dst)])
+
+
 def alternate(cases: dict[str, Callable[[], object]], reps: int, before=lambda: None) -> dict:
     """Run each case once per round, `reps` rounds, starting each round one case further on,
     so that no case always runs first (or always after the same one). `before` runs ahead of

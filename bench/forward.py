@@ -1,10 +1,10 @@
 """Target 4: forward throughput against transformers' BertModel (sdpa) on the same weights.
 
-CPU: fp32, bert-base, padded batches of 8 and 32 x 128 tokens, and 32 x 128 unpadded; at least
-1.0x.
+CPU (issue 46): fp32, bert-base, padded batches of 8 and 32 x 128 tokens: at least 1.3x; 32 x 128
+unpadded: at least 1.0x.
 GPU (where there is one): bf16, 64 x 512, padded (lengths 256-512): at least 1.3x, and model FLOP
-utilisation against the GPU's bf16 peak as measured here with a large matrix product (goal 50%);
-the same batch unpadded (every row 512): at least 1.05x. Both models return the last layer and
+utilisation against the GPU's bf16 peak as measured here with a large matrix product of at least
+50%; the same batch unpadded (every row 512): at least 1.05x. Both models return the last layer and
 the pooled output (no list of every layer's hidden states). On the GPU, bertconv's model is
 measured twice: as it is, and with the packed attention (bertconv.packed, opt-in) where it can
 run there; bench/packed.py measures that path's parity.
@@ -19,6 +19,7 @@ import torch
 from common import alternate, checkpoint, converted, median, table
 
 REPS = {"cpu": 5, "cuda": 20}
+MFU = 0.5  # of the GPU's measured bf16 rate, on the padded batch
 
 
 def batch(
@@ -119,9 +120,12 @@ def rows(ours: dict, theirs, shape: tuple, device: str, peak: float | None) -> l
         a = median(times)
         cells = [f"{b} x {t}{kind}{path and f' ({path})'}", f"{b * t / a:,.0f}"]
         cells += [f"{b * t / theirs_s:,.0f}", f"{theirs_s / a:.2f}x (>= {target}x)"]
+        met = theirs_s / a >= target
         if peak:
-            cells.append(f"{flops(inputs) / a / peak:.0%} of {peak / 1e12:.0f} TFLOP/s")
-        table_rows.append(cells + ["yes" if theirs_s / a >= target else "NO"])
+            mfu = flops(inputs) / a / peak
+            cells.append(f"{mfu:.0%} of {peak / 1e12:.0f} TFLOP/s")
+            met = met and (mfu >= MFU or not padded)
+        table_rows.append(cells + ["yes" if met else "NO"])
     return table_rows
 
 
@@ -129,7 +133,7 @@ def main(device: str = "cpu") -> str:
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     # (batch, tokens, padded, the speed-up to reach)
     shapes = (
-        [(8, 128, True, 1.0), (32, 128, True, 1.0), (32, 128, False, 1.0)]
+        [(8, 128, True, 1.3), (32, 128, True, 1.3), (32, 128, False, 1.0)]
         if device == "cpu"
         else [(64, 512, True, 1.3), (64, 512, False, 1.05)]
     )
@@ -143,7 +147,22 @@ def main(device: str = "cpu") -> str:
     header += ["MFU"] if peak else []
     kind = str(dtype).removeprefix("torch.")
     title = f"## Forward, {device}, {kind} (median of {REPS[device]}, alternating)"
-    return f"{title}\n\n" + table(header + ["met"], measured) + note
+    return f"{title}\n\n" + table(header + ["met"], measured) + note + ceiling(shapes, device)
+
+
+def ceiling(shapes: list, device: str) -> str:
+    """What skipping the padding can give at most: the share of real tokens, each batch's."""
+    shares = [
+        f"{b} x {t}: {batch(b, t, device)['attention_mask'].float().mean():.1%} real tokens, "
+        f"{1 / batch(b, t, device)['attention_mask'].float().mean():.2f}x"
+        for b, t, padded, _ in shapes
+        if padded
+    ]
+    return (
+        "\n\nOn a padded batch, bertconv's model computes the dense layers (nearly all the "
+        "arithmetic) on the real tokens only; the most that can give, with every matrix "
+        f"product as fast as transformers' own, is the inverse of their share: {'; '.join(shares)}."
+    )
 
 
 if __name__ == "__main__":

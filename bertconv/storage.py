@@ -430,7 +430,7 @@ def nonfinite(
     GIL, so that a scan beside the transposition does not hold it up. `checksums`: every stored
     tensor is read whole, and its CRC32C taken as its blocks pass (files.remember_range), so
     that what a conversion writes is checksummed without reading its source again."""
-    test = _has_nonfinite_vectorised if vectorised else has_nonfinite
+    test = has_nonfinite_vectorised if vectorised else has_nonfinite
     found = []
     for name, t in tensors.items():
         if checksums and isinstance(t, Stored):
@@ -527,7 +527,7 @@ def has_nonfinite(block: bytes | bytearray, dtype: str) -> bool:
     return bool(high & low)
 
 
-def _has_nonfinite_vectorised(block: bytes | bytearray, dtype: str) -> bool:
+def has_nonfinite_vectorised(block: bytes | bytearray, dtype: str) -> bool:
     """has_nonfinite by numpy: elements whose exponent bits are all set."""
     import numpy as np
 

@@ -497,19 +497,19 @@ def checksums(path: Path, spans: list[storage.Stored], progress=lambda n: None) 
 
 def _crc_of(fd: int, t: storage.Stored, progress) -> int:
     """The CRC32C of a stored tensor's bytes, read from the open file `fd` (in reads of
-    READ bytes: larger ones are each a fresh allocation the kernel must fault in). Whether its
-    floats hold a NaN or an Inf is looked at as they pass: both are remembered
-    (files.remember_range), so that a conversion does not read the bundle again to know."""
-    crc, at, bad, floats = 0, t.start, False, t.dtype in storage.EXPONENT
+    READ bytes: larger ones are each a fresh allocation the kernel must fault in). Remembered
+    (files.remember_range): what a conversion copies of it is not read again to checksum. (The
+    scan for NaN and Inf reads the bundle again, beside the transposition, where it costs
+    nothing; looked for here, before it, bert-large's check took 0.6 s, not 0.25 s.)"""
+    crc, at = 0, t.start
     while at < t.end:
         block = os.pread(fd, min(READ, t.end - at), at)
         if not block:
             raise storage.ended_early(t.path, t.end - at)
         crc = crc32c(block, crc)
-        bad = bad or (floats and storage.has_nonfinite(block, t.dtype))
         progress(len(block))
         at += len(block)
-    files.remember_range(t.path, t.start, t.end, crc, bad if floats else False)
+    files.remember_range(t.path, t.start, t.end, crc)
     return crc
 
 
