@@ -47,9 +47,8 @@ LOCK_TRIES = 100
 READ_TRIES = 3  # reads of files that another process keeps rewriting, before giving up
 CHECKSUM_READ = 1 << 20  # bytes read at a time to checksum a file
 CHECKED: dict[tuple, str] = {}  # (identity and times, blank) -> CRC32C: each file read once
-# What a reader learnt of a file's ranges as it read them: identity -> start -> (end, CRC32C,
-# whether the floats there hold a NaN or an Inf: None where not looked at)
-RANGES: dict[tuple, dict[int, tuple[int, int, bool | None]]] = {}
+# The CRC32C a reader took of a file's ranges as it read them: identity -> start -> (end, CRC32C)
+RANGES: dict[tuple, dict[int, tuple[int, int]]] = {}
 SCANS: list = []  # a threading.Event for each scan still remembering ranges, set when it ends
 T = TypeVar("T")
 
@@ -108,25 +107,15 @@ def checksum(path: Path, blank: tuple[int, int] | None = None) -> dict:
     return {"bytes": found.st_size, "crc32c": CHECKED[key, blank]}
 
 
-def remember_range(
-    path: Path, start: int, end: int, crc: int, nonfinite: bool | None = None
-) -> None:
+def remember_range(path: Path, start: int, end: int, crc: int) -> None:
     """Take `crc` as the CRC32C of bytes [start, end) of `path`, as it is now, read by one who
-    checksummed them as it read them (a conversion's scan of its source, a bundle's check), and
-    `nonfinite` as whether they hold a NaN or an Inf where it looked: they are not read again
-    for either."""
+    checksummed them as it read them (a conversion's scan of its source, a bundle's check):
+    what a conversion copies of them is not read again to checksum it."""
     key = identity(path)
     if key is not None and end > start:  # an empty one starts where another does
         if len(RANGES) > 64:  # files, each with its tensors' ranges
             RANGES.clear()
-        RANGES.setdefault(key, {})[start] = (end, crc, nonfinite)
-
-
-def range_nonfinite(path: Path, start: int, end: int) -> bool | None:
-    """Whether bytes [start, end) of `path`, as it is now, hold a NaN or an Inf, where a reader
-    of exactly that range looked; None otherwise."""
-    end_crc_nonfinite = RANGES.get(identity(path), {}).get(start)
-    return end_crc_nonfinite[2] if end_crc_nonfinite and end_crc_nonfinite[0] == end else None
+        RANGES.setdefault(key, {})[start] = (end, crc)
 
 
 def range_checksum(path: Path, start: int, end: int) -> int | None:
@@ -137,7 +126,7 @@ def range_checksum(path: Path, start: int, end: int) -> int | None:
         scan.wait()
     known, crc = RANGES.get(identity(path), {}), 0
     while start < end and start in known:
-        stop, found, _ = known[start]
+        stop, found = known[start]
         if not start < stop <= end:
             return None
         crc, start = crc32c_combine(crc, found, stop - start), stop

@@ -442,13 +442,8 @@ def nonfinite(
 
 
 def _scan_stored(t: Stored, test: Callable) -> bool:
-    """Whether a stored tensor holds a NaN or an Inf (floats only), its checksum remembered;
-    read only where no reader of it (a bundle's check) remembered both."""
+    """Whether a stored tensor holds a NaN or an Inf (floats only), its checksum remembered."""
     import google_crc32c
-
-    known = files.range_nonfinite(t.path, t.start, t.end)
-    if known is not None:
-        return known
 
     crc, bad, floats = 0, False, t.dtype in EXPONENT
     with descriptor(t.path) as fd:
