@@ -66,13 +66,17 @@ def test_each_modernbert_port_computes_transformers_modernbert(load):
         assert real_tokens_differ(got, expected, mask) < TOLERANCE
 
 
-def test_the_nomic_port_computes_transformers_nomicbert_under_the_hubs_names():
-    torch.manual_seed(0)
+def tiny_nomic():
     config = transformers.NomicBertConfig(
         vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
         intermediate_size=24, max_position_embeddings=64, type_vocab_size=2,
     )  # fmt: skip
-    theirs = moved(transformers.NomicBertModel(config))
+    return moved(transformers.NomicBertModel(config))
+
+
+def test_the_nomic_port_computes_transformers_nomicbert_under_the_hubs_names():
+    torch.manual_seed(0)
+    theirs = tiny_nomic()
     port = modern_ports.nomic_from_transformers(theirs)
     assert "encoder.layers.0.mlp.fc12.weight" in port.state_dict()  # the gate, as on the Hub
     types = torch.zeros(2, 20, dtype=torch.long)
@@ -91,6 +95,31 @@ def test_a_port_with_a_mistake_is_told_apart_by_these_checks():
     cos, sin = port.blocks[0].cos, port.blocks[0].sin  # the global base's tables
     for block in port.blocks[1:3]:
         block.cos, block.sin = cos, sin
+    ids, mask = batches(theirs.config.vocab_size, 20)[0]
+    with torch.no_grad():
+        expected = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert real_tokens_differ(port(ids, mask), expected, mask) > 1e-3
+
+
+@pytest.mark.parametrize("mistake", modern_ports.MODERNBERT_MISTAKES)
+def test_each_modernbert_mistake_of_the_zoo_moves_the_output(mistake):
+    """Each mistaken port differs from transformers on the real tokens, well beyond the
+    tolerance: the zoo's mistakes are mistakes on these sizes (a window over 20 positions, the
+    global and local bases apart), for verify to find and name."""
+    torch.manual_seed(0)
+    theirs = tiny_modernbert()
+    port = modern_ports.modernbert_mistaken(theirs, mistake)
+    for ids, mask in batches(theirs.config.vocab_size, 20):
+        with torch.no_grad():
+            expected = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
+            assert real_tokens_differ(port(ids, mask), expected, mask) > 1e-3
+
+
+@pytest.mark.parametrize("mistake", modern_ports.NOMIC_MISTAKES)
+def test_each_nomic_mistake_of_the_zoo_moves_the_output(mistake):
+    torch.manual_seed(0)
+    theirs = tiny_nomic()
+    port = modern_ports.nomic_mistaken(theirs, mistake)
     ids, mask = batches(theirs.config.vocab_size, 20)[0]
     with torch.no_grad():
         expected = theirs(input_ids=ids, attention_mask=mask).last_hidden_state

@@ -8,7 +8,8 @@ could make a right verdict look wrong.
 
 - ModernBertPort: one fused qkv projection, rotary positions from cos/sin tables and a
   rotate-half function (the global base in global layers, the local one in local layers), a
-  window written as a banded mask in every third layer but the first's, LayerNorms before each
+  window written as a banded mask in the local layers (all but every third, the first global),
+  LayerNorms before each
   sublayer (none before the first layer's attention: the embeddings' norm is it), a gated
   feed-forward (one matrix holding both halves), a final norm, no biases.
 - ModernBertComplexPort: the same model with split q, k and v and the rotation computed with
@@ -17,6 +18,12 @@ could make a right verdict look wrong.
 - NomicBertPort: the names nomic-embed's checkpoints keep on the Hub (`emb_ln`, `attn.Wqkv`,
   `mlp.fc11` up, `mlp.fc12` gate, `mlp.fc2`, `norm1`, `norm2`), rotary positions, SwiGLU, token
   types, LayerNorms after each sublayer (BERT's placement), no biases.
+
+`modernbert_mistaken` and `nomic_mistaken` give the same ports with one of the mistakes issue 47
+names (rotation of interleaved pairs, another base, the global base in local layers, the window
+off by one or in every layer, gate and up swapped, a bias the checkpoint has none of, the first
+layer's attention norm applied twice, the final norm missing): each moves the output (tested),
+for verify to find and name.
 """
 
 import torch
@@ -53,6 +60,8 @@ def additive(mask: torch.Tensor) -> torch.Tensor:
 
 
 class ModernBlock(nn.Module):
+    turn = staticmethod(rotate)
+
     def __init__(self, cfg: dict, index: int):
         super().__init__()
         d, self.heads = cfg["hidden_size"], cfg["num_attention_heads"]
@@ -76,7 +85,7 @@ class ModernBlock(nn.Module):
         h = self.ln_attn(x)
         q, k, v = self.qkv(h).view(B, T, 3, self.heads, self.hd).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        q, k = rotate(q, self.cos[:T], self.sin[:T]), rotate(k, self.cos[:T], self.sin[:T])
+        q, k = self.turn(q, self.cos[:T], self.sin[:T]), self.turn(k, self.cos[:T], self.sin[:T])
         allowed = keys[:, None, None, :]
         if self.window is not None:
             position = torch.arange(T)
@@ -375,3 +384,97 @@ def nomic_from_transformers(hf_model) -> NomicBertPort:
                 state[f"{ours}{norm}.{p}"] = theirs[f"{hf}{name}.{p}"]
     port.load_state_dict(state, strict=True)
     return port.eval()
+
+
+# The mistakes ports make, each a port that differs from its checkpoint in one way -------------
+
+
+def rotate_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotation of interleaved pairs (x0, x1), (x2, x3), ... (GPT-J's, LLaMA's original code),
+    where the checkpoint rotates halves: the tables' first half gives each pair its angle."""
+    half = x.shape[-1] // 2
+    pairs = x.float().unflatten(-1, (half, 2))
+    c, s = cos[..., :half, None], sin[..., :half, None]
+    turned = torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1)
+    return (pairs * c + turned * s).flatten(-2).to(x.dtype)
+
+
+def _retabled(port: ModernBertPort, theta_of) -> ModernBertPort:
+    for block in port.blocks:
+        theta = theta_of(block)
+        if theta is not None:
+            block.cos, block.sin = rotary_tables(block.hd, theta, len(block.cos))
+    return port
+
+
+def _swapped_halves(linear: nn.Linear) -> None:
+    with torch.no_grad():
+        linear.weight.copy_(torch.cat(linear.weight.chunk(2)[::-1]))
+
+
+class InterleavedBlock(ModernBlock):
+    turn = staticmethod(rotate_interleaved)
+
+
+def modernbert_mistaken(hf_model, mistake: str) -> ModernBertPort:
+    """The rotate-half port holding `hf_model`'s weights, with one mistake ports make."""
+    port = modernbert_from_transformers(hf_model)
+    cfg = modernbert_config(hf_model.config)
+    if mistake == "interleaved":
+        for block in port.blocks:
+            block.__class__ = InterleavedBlock
+    elif mistake == "another_base":  # BERT-era ports' 10000 in the global layers
+        _retabled(port, lambda b: 10000.0 if b.window is None else None)
+    elif mistake == "global_base_in_local_layers":
+        _retabled(port, lambda b: cfg["global_rope_theta"] if b.window is not None else None)
+    elif mistake == "window_off_by_one":  # the whole window taken as each side's reach
+        for block in port.blocks:
+            block.window = block.window + 1 if block.window is not None else None
+    elif mistake == "window_in_every_layer":
+        for block in port.blocks:
+            block.window = cfg["local_attention"] // 2
+    elif mistake == "gate_and_up_swapped":
+        for block in port.blocks:
+            _swapped_halves(block.wi)
+    elif mistake == "bias_added":  # a bias the checkpoint has none of, left at its init
+        for block in port.blocks:
+            block.qkv.bias = nn.Parameter(torch.randn(block.qkv.out_features) * 0.1)
+    elif mistake == "first_attention_norm_twice":  # a LayerNorm at its init before layer 0
+        port.blocks[0].ln_attn = nn.LayerNorm(cfg["hidden_size"], eps=cfg["norm_eps"])
+    elif mistake == "final_norm_missing":
+        port.ln_final = nn.Identity()
+    else:
+        raise ValueError(f"no such mistake: {mistake}")
+    return port.eval()
+
+
+MODERNBERT_MISTAKES = (
+    "interleaved", "another_base", "global_base_in_local_layers", "window_off_by_one",
+    "window_in_every_layer", "gate_and_up_swapped", "bias_added", "first_attention_norm_twice",
+    "final_norm_missing",
+)  # fmt: skip
+
+
+def nomic_mistaken(hf_model, mistake: str) -> NomicBertPort:
+    """The NomicBERT port holding `hf_model`'s weights, with one mistake ports make."""
+    port = nomic_from_transformers(hf_model)
+    layers = port.encoder.layers
+    if mistake == "gate_and_up_swapped":
+        for layer in layers:
+            with torch.no_grad():
+                up = layer.mlp.fc11.weight.clone()
+                layer.mlp.fc11.weight.copy_(layer.mlp.fc12.weight)
+                layer.mlp.fc12.weight.copy_(up)
+    elif mistake == "another_base":  # 10000, BERT-era rotary's, for nomic's 1000
+        for layer in layers:
+            a = layer.attn
+            a.cos, a.sin = rotary_tables(a.hd, 10000.0, len(a.cos))
+    elif mistake == "bias_added":
+        for layer in layers:
+            layer.attn.Wqkv.bias = nn.Parameter(torch.randn(layer.attn.Wqkv.out_features) * 0.1)
+    else:
+        raise ValueError(f"no such mistake: {mistake}")
+    return port.eval()
+
+
+NOMIC_MISTAKES = ("gate_and_up_swapped", "another_base", "bias_added")
