@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import mappings
-from .config import CARRIED, NOT_BERT, SIZES, BertConfig
+from .config import CARRIED, MODERN_FACTS, NOT_BERT, SIZES, BertConfig
 from .errors import CheckpointError, TableError, listed
 
 ARCHITECTURES = Path(mappings.__file__).parent / "architectures"  # one file per model_type
@@ -313,6 +313,8 @@ def _architecture(catalog: dict, model_type: str, family: str) -> Architecture:
         "classification_activation": catalog.get("classification_activation", "tanh"),
         "relative_bias": catalog.get("relative_bias", False),
     }
+    # The modern encoders' facts: BERT's family computes none of them (BertConfig's defaults).
+    facts |= {k: catalog.get(k, getattr(BertConfig, k)) for k in MODERN_FACTS}
     assert set(facts) == set(CARRIED)
     return Architecture(
         model_type,

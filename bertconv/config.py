@@ -14,6 +14,7 @@ ACTIVATIONS = {
     "gelu_new": ("gelu", {"approximate": "tanh"}),
     "gelu_pytorch_tanh": ("gelu", {"approximate": "tanh"}),
     "relu": ("relu", {}),
+    "silu": ("silu", {}),  # NomicBERT's SwiGLU gate
 }
 
 # config.json fields that would change what the model computes, with the only value implemented.
@@ -37,12 +38,23 @@ NOT_BERT = {
 }
 
 # What BertConfig carries from the architecture's catalog, never from config.json.
+MODERN_FACTS = (
+    "rotary_theta",
+    "local_rotary_theta",
+    "local_window",
+    "global_every",
+    "gated",
+    "norm_first",
+    "linear_bias",
+    "norm_bias",
+)
 CARRIED = (
     "model_type",
     "token_types",
     "positions_after_pad",
     "classification_activation",
     "relative_bias",
+    *MODERN_FACTS,
 )
 
 # The size fields, each at least 1 and at most a bound far above any BERT's, so that a hostile
@@ -96,10 +108,33 @@ class BertConfig:
     positions_after_pad: bool = False
     classification_activation: str = "tanh"
     relative_bias: bool = False  # MPNet's: a relative attention bias shared by every layer
+    # The modern encoders' arithmetic (ModernBERT's, NomicBERT's), BERT's by default: rotary
+    # positions of this base in place of a position table (0: none), another base in the local
+    # layers (0: the same), the local layers' window (how far a token sees either way; 0: no
+    # window) and which layers are global (every n-th, the first among them); a feed-forward
+    # gated (act(gate x) * up x); LayerNorms before each sublayer (and none before the first
+    # layer's attention: the embeddings' norm is it) with a final one after the last layer;
+    # biases in the linear layers and in the LayerNorms or none.
+    rotary_theta: float = 0.0
+    local_rotary_theta: float = 0.0
+    local_window: int = 0
+    global_every: int = 1
+    gated: bool = False
+    norm_first: bool = False
+    linear_bias: bool = True
+    norm_bias: bool = True
 
     @property
     def relative(self) -> bool:
         return self.position_embedding_type != "absolute"
+
+    @property
+    def rotary(self) -> bool:
+        return self.rotary_theta > 0
+
+    def is_local(self, layer: int) -> bool:
+        """Whether layer `layer` attends within the window (all but every global_every-th)."""
+        return self.local_window > 0 and layer % self.global_every != 0
 
     @property
     def attention_head_size(self) -> int:

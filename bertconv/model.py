@@ -1,7 +1,9 @@
 """BERT from scratch: the encoder of Devlin et al. (2018), computing what transformers' BertModel
 computes, in one file read top to bottom; the task classes that put a head on it (pre-training,
 masked LM, ..., question answering) are in heads.py, which names them all (`heads.CLASSES`).
-It reads nothing but its config: which architecture it computes, the config says.
+It reads nothing but its config: which architecture it computes, the config says (BERT's
+family; and the modern encoders' rotary positions, local windows, gated feed-forwards and norms
+before each sublayer, for ModernBERT and NomicBERT).
 
 Parameter names follow seed 000 ("Code Review for BERT"): attention projections are `Wq/Wk/Wv`,
 LayerNorms hold `gamma/beta`; everything else keeps the names of the original release
@@ -28,12 +30,13 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 class LayerNorm(nn.Module):
-    """Normalise over the hidden features, then scale by gamma and shift by beta."""
+    """Normalise over the hidden features, then scale by gamma and shift by beta (none where
+    the model's norms have no bias: ModernBERT's)."""
 
-    def __init__(self, hidden_size: int, eps: float):
+    def __init__(self, hidden_size: int, eps: float, bias: bool = True):
         super().__init__()
         self.gamma = nn.Parameter(torch.ones(hidden_size))
-        self.beta = nn.Parameter(torch.zeros(hidden_size))
+        self.beta = nn.Parameter(torch.zeros(hidden_size)) if bias else None
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -46,13 +49,17 @@ class Embeddings(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = (  # DistilBERT has none
+        self.position_embeddings = (  # rotary positions are the attention's: no table
+            None
+            if config.rotary
+            else nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        )
+        self.token_type_embeddings = (  # DistilBERT and ModernBERT have none
             nn.Embedding(config.type_vocab_size, config.hidden_size) if config.token_types else None
         )
-        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps, config.norm_bias)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.relative = config.relative
+        self.relative = config.relative or config.rotary
         # RoBERTa's positions: the real tokens counted from pad_token_id + 1, the padding's the
         # pad id (its ids, not the mask, say which is which, as in transformers).
         self.pad = config.pad_token_id if config.positions_after_pad else None
@@ -62,7 +69,7 @@ class Embeddings(nn.Module):
         x = self.word_embeddings(input_ids)
         if self.token_type_embeddings is not None:
             x = x + self.token_type_embeddings(token_type_ids)
-        if self.relative:  # relative positions are the attention's (the table stays unused)
+        if self.relative:  # relative or rotary positions are the attention's
             return self.dropout(self.LayerNorm(x))
         positions = torch.arange(input_ids.shape[1], device=x.device)
         if self.pad is not None:
@@ -121,9 +128,10 @@ def attention(
     bias: torch.Tensor | None = None,
     dropout: float = 0.0,
 ) -> torch.Tensor:
-    """softmax(q k^T / sqrt(head_dim) + bias) v, per head: (B, heads, T, head_dim). key_mask
-    (B, 1, 1, T) is True at the real keys; bias, broadcast to (B, heads, T, T), is added to the
-    scaled scores (the relative-position term), the padded keys then set to -inf in it."""
+    """softmax(q k^T / sqrt(head_dim) + bias) v, per head: (B, heads, T, head_dim). key_mask,
+    broadcast to (B, 1, T, T), is True where a query may see a key (the real keys, within the
+    window where there is one); bias, broadcast to (B, heads, T, T), is added to the scaled
+    scores (the relative-position term), the hidden keys then set to -inf in it."""
     mask = key_mask
     if bias is not None:
         mask = bias if key_mask is None else bias.masked_fill(~key_mask, float("-inf"))
@@ -147,21 +155,45 @@ def relative_position_bucket(
     return after + torch.where(n < exact, n, far.clamp(max=half - 1))
 
 
+def rotary(x: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary positions (Su et al., 2021), as ModernBERT and NomicBERT rotate: each head's two
+    halves are a vector's two coordinates, turned by position * theta^(-2i / head_dim) for its
+    i-th pair; computed in float32. (B, heads, T, head_dim)."""
+    T, head_dim = x.shape[-2], x.shape[-1]
+    exponent = torch.arange(0, head_dim, 2, device=x.device, dtype=torch.float) / head_dim
+    angles = torch.arange(T, device=x.device, dtype=torch.float)[:, None] / theta**exponent
+    angles = torch.cat([angles, angles], dim=-1)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    first, second = x.float().chunk(2, dim=-1)
+    return (x.float() * cos + torch.cat([-second, first], dim=-1) * sin).to(x.dtype)
+
+
+def window(length: int, reach: int, device) -> torch.Tensor:
+    """(T, T): True where a query (row) and a key (column) are at most `reach` apart."""
+    positions = torch.arange(length, device=device)
+    return (positions[:, None] - positions[None, :]).abs() <= reach
+
+
 class SelfAttention(nn.Module):
     """Multi-head scaled dot-product attention: softmax(Q K^T / sqrt(head_dim)) V, per head.
 
     With relative position embeddings (Shaw et al., 2018; Huang et al., 2020: transformers 4's
     position_embedding_type "relative_key" and "relative_key_query"), each query (and key) also
     meets a learned vector for its distance to the other token, the products added to the
-    scores."""
+    scores.
 
-    def __init__(self, config: BertConfig):
+    With rotary positions, queries and keys are turned by their positions before they meet
+    (rotary); a local layer (ModernBERT's) sees keys within its window alone."""
+
+    def __init__(self, config: BertConfig, layer: int = 0):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
-        self.Wq = nn.Linear(config.hidden_size, config.hidden_size)
-        self.Wk = nn.Linear(config.hidden_size, config.hidden_size)
-        self.Wv = nn.Linear(config.hidden_size, config.hidden_size)
+        H, bias = config.hidden_size, config.linear_bias
+        self.Wq, self.Wk, self.Wv = (nn.Linear(H, H, bias=bias) for _ in range(3))
+        local = config.is_local(layer)
+        self.reach = config.local_window if local else 0
+        self.theta = (local and config.local_rotary_theta) or config.rotary_theta
         self.dropout_p = config.attention_probs_dropout_prob
         self.position_embedding_type = config.position_embedding_type
         if config.relative:  # a vector per distance, -(max - 1) .. max - 1
@@ -188,11 +220,17 @@ class SelfAttention(nn.Module):
         """(N, hidden), the real tokens, -> (N, hidden); `shared`: a bias every layer adds to
         its scores (MPNet's), (1, heads, T, T)."""
         q, k, v = (self.split_heads(padding.spread(W(x))) for W in (self.Wq, self.Wk, self.Wv))
+        if self.theta:
+            q, k = rotary(q, self.theta), rotary(k, self.theta)
         bias = self.relative_scores(q, k) if hasattr(self, "distance_embedding") else None
         if shared is not None:
             bias = shared.to(q.dtype) if bias is None else bias + shared.to(q.dtype)
+        mask = padding.key_mask
+        if self.reach:
+            band = window(q.shape[2], self.reach, q.device)
+            mask = band if mask is None else mask & band
         dropout = self.dropout_p if self.training else 0.0
-        out = attention(q, k, v, padding.key_mask, bias, dropout)  # (B, heads, T, head_dim)
+        out = attention(q, k, v, mask, bias, dropout)  # (B, heads, T, head_dim)
         return padding.pack(out.transpose(1, 2).flatten(2))  # the heads side by side again
 
 
@@ -201,8 +239,8 @@ class AddNorm(nn.Module):
 
     def __init__(self, in_features: int, config: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(in_features, config.hidden_size)
-        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+        self.dense = nn.Linear(in_features, config.hidden_size, bias=config.linear_bias)
+        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps, config.norm_bias)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -210,9 +248,9 @@ class AddNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, layer: int = 0):
         super().__init__()
-        self.self = SelfAttention(config)
+        self.self = SelfAttention(config, layer)
         self.output = AddNorm(config.hidden_size, config)
 
     def forward(self, x: torch.Tensor, padding: Padding, shared=None) -> torch.Tensor:
@@ -220,23 +258,28 @@ class Attention(nn.Module):
 
 
 class Intermediate(nn.Module):
-    """The first half of the position-wise feed-forward network, with its activation."""
+    """The first half of the position-wise feed-forward network, with its activation; gated
+    (GLU variants, Shazeer 2020: ModernBERT's GeGLU, NomicBERT's SwiGLU), the activation's
+    output times a second projection of the same input."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        H, inner, bias = config.hidden_size, config.intermediate_size, config.linear_bias
+        self.dense = nn.Linear(H, inner, bias=bias)
+        self.up = nn.Linear(H, inner, bias=bias) if config.gated else None
         self.act = activation(config.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.dense(x))
+        h = self.act(self.dense(x))
+        return h if self.up is None else h * self.up(x)
 
 
 class Layer(nn.Module):
     """One encoder block: self-attention, then the feed-forward network, each with Add & Norm."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, layer: int = 0):
         super().__init__()
-        self.attention = Attention(config)
+        self.attention = Attention(config, layer)
         self.intermediate = Intermediate(config)
         self.output = AddNorm(config.intermediate_size, config)
 
@@ -245,13 +288,42 @@ class Layer(nn.Module):
         return self.output(self.intermediate(x), x)
 
 
+class PreNormLayer(nn.Module):
+    """One encoder block with the LayerNorm before each sublayer and the residual added after
+    it (Xiong et al., 2020; ModernBERT's): x + attention(norm(x)), then x + feed-forward(norm(x)).
+    The first layer has no norm before its attention: the embeddings' norm is it."""
+
+    def __init__(self, config: BertConfig, layer: int = 0):
+        super().__init__()
+        H, eps, bias = config.hidden_size, config.layer_norm_eps, config.norm_bias
+        self.attention_norm = LayerNorm(H, eps, bias) if layer else None
+        self.attention = SelfAttention(config, layer)
+        self.attention_output = nn.Linear(H, H, bias=config.linear_bias)
+        self.mlp_norm = LayerNorm(H, eps, bias)
+        self.intermediate = Intermediate(config)
+        self.output = nn.Linear(config.intermediate_size, H, bias=config.linear_bias)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, padding: Padding, shared=None) -> torch.Tensor:
+        h = x if self.attention_norm is None else self.attention_norm(x)
+        x = x + self.dropout(self.attention_output(self.attention(h, padding, shared)))
+        return x + self.dropout(self.output(self.intermediate(self.mlp_norm(x))))
+
+
 class Encoder(nn.Module):
     """The stack of layers; with MPNet's relative attention bias, one table of a number per
     head for each bucket of query-key distances, its bias added to every layer's scores."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+        block = PreNormLayer if config.norm_first else Layer
+        self.layer = nn.ModuleList(block(config, i) for i in range(config.num_hidden_layers))
+        # with the norms before each sublayer, one after the last layer (ModernBERT's)
+        self.final_norm = (
+            LayerNorm(config.hidden_size, config.layer_norm_eps, config.norm_bias)
+            if config.norm_first
+            else None
+        )
         if config.relative_bias:
             buckets, heads = config.relative_attention_num_buckets, config.num_attention_heads
             self.relative_attention_bias = nn.Embedding(buckets, heads)
@@ -326,6 +398,8 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)
         hidden_states = self.encoder(x, padding, every=output_hidden_states)
         last = hidden_states[-1]
+        if self.encoder.final_norm is not None:  # after the last layer's state, as transformers
+            last = padding.unpack(self.encoder.final_norm(padding.pack(last)))
         pooled = self.pooler(last) if self.pooler is not None else None
         kept = tuple(hidden_states) if output_hidden_states else None
         return BertOutput(last, pooled, kept), padding
