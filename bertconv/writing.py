@@ -5,6 +5,7 @@ halves at once, so that a rename-only conversion costs about what `cp` does and 
 nothing in memory; transformed tensors are computed a block at a time as they are written.
 """
 
+import bisect
 import errno
 import json
 import os
@@ -122,16 +123,21 @@ class Checksum:
         """[low, high) pieces of the next `length` bytes, cut where a segment ends."""
         cuts, done = [], 0
         while done < length:
-            end = next((e for e in self._ends if e > self._position), None)
+            i = bisect.bisect_right(self._ends, self._position)  # the segment it lies in
+            end = self._ends[i] if i < len(self._ends) else None
             step = length - done if end is None else min(length - done, end - self._position)
             cuts.append((done, done + step))
             done, self._position = done + step, self._position + step
         return cuts
 
+    @property
+    def _lengths(self) -> list[int]:
+        return self.lengths if self.lengths is not None else [self._position]
+
     @cached_property
     def segments(self) -> list[int]:
         """Each segment's CRC32C (the whole file's where none were given), once all is added."""
-        lengths = self.lengths if self.lengths is not None else [self._position]
+        lengths = self._lengths
         if sum(lengths) != self._position:
             raise ValueError(f"{self._position} bytes written for segments of {sum(lengths)}")
         found, parts = [], iter(self._parts)
@@ -146,8 +152,7 @@ class Checksum:
     def result(self) -> str:
         """The file's checksum's digits."""
         crc = 0
-        lengths = self.lengths if self.lengths is not None else [self._position]
-        for found, length in zip(self.segments, lengths, strict=True):
+        for found, length in zip(self.segments, self._lengths, strict=True):
             crc = files.crc32c_combine(crc, found, length)
         return f"{crc:08x}"
 
