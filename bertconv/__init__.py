@@ -25,6 +25,11 @@ CLASSES = (
     "FirstTokenClassification",
     "PreClassifierClassification",
     "DiscriminatorModel",
+    "ModernBertForMaskedLM",
+    "ModernBertForSequenceClassification",
+    "ModernBertForTokenClassification",
+    "ModernBertForQuestionAnswering",
+    "ModernBertForMultipleChoice",
 )
 
 

@@ -251,7 +251,11 @@ def _held_as_bert(ckpt: Checkpoint, to_layout: str) -> bool:
     """Is `to_layout` a shipped BERT's (minbert) that `ckpt`'s type (RoBERTa, ELECTRA,
     DistilBERT) has none of: written as a BERT holds it (family.py)?"""
     kind = ckpt.config.model_type
-    return to_layout not in layout_names(kind) and ckpt.architecture.bert is not None
+    return (
+        to_layout in layout_names()
+        and to_layout not in layout_names(kind)
+        and ckpt.architecture.bert is not None
+    )
 
 
 def _check_form(form: str, to_layout: str, output: files.OutputDir) -> None:

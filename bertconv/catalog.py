@@ -36,18 +36,21 @@ KEYS = {"model_type": str, "config_class": str, ENCODER: dict, RELATIVE: dict,
 # activation of a classification head of dense + activation + out_proj (tanh by default);
 # whether it has token types; whether every layer adds a shared relative attention bias
 # (MPNet's); config.json as its config class reads it ([config]); how a from-scratch BERT holds
-# its weights ([bert], bertconv/family.py).
+# its weights ([bert], bertconv/family.py); the modern encoders' arithmetic (config.MODERN_FACTS),
+# and the layer tensors the first layer has none of (ModernBERT's attention norm).
 OPTIONAL = {"extends": str, "drop": list, "serves": dict, "positions": str,
             "classification_activation": str, "token_types": bool, "config": dict,
-            "bert": dict, "relative_bias": bool}  # fmt: skip
+            "bert": dict, "relative_bias": bool,
+            **{fact: bool for fact in MODERN_FACTS}, "first_layer_lacks": list}  # fmt: skip
 # How a catalog that extends another is read: these sections are replaced whole where given;
 # the others merged entry by entry (a unit field by field), the child's over the parent's.
 REPLACED = (ENCODER, RELATIVE, "classes")
 MERGED_TWICE = ("units", "config")
 # [config]'s parts: BERT's field -> the type's field, either name setting it (transformers'
 # attribute_map) / the type's name alone (its config class has no field of BERT's name);
-# values no config.json changes; the type's config class's defaults, where not BERT's.
-CONFIG_PARTS = ("aliases", "fields", "fixed", "defaults")
+# values no config.json changes; the type's config class's defaults, where not BERT's; the
+# fields whose other values ask for what bertconv does not compute, with the value it does.
+CONFIG_PARTS = ("aliases", "fields", "fixed", "defaults", "only")
 AFTER_PAD = "after the pad id"  # RoBERTa's: real tokens counted from pad_token_id + 1
 FROM_ZERO = "from 0"  # BERT's: every token counted from 0
 TOKEN_TYPES = "token type embeddings"  # the unit a config without token types leaves out
@@ -80,6 +83,7 @@ class Architecture:
     bert: dict | None  # how a from-scratch BERT holds it; None: it is BERT's already
     facts: dict = field(default_factory=dict)  # what BertConfig carries for the model
     config_spec: dict = field(default_factory=dict)  # [config]: CONFIG_PARTS
+    first_layer_lacks: frozenset[str] = frozenset()  # layer patterns layer 0 has no tensor of
 
     @cached_property
     def group_tensors(self) -> dict[str, frozenset[str]]:
@@ -115,6 +119,11 @@ class Architecture:
         unit = self.units.get(TOKEN_TYPES)
         return frozenset(n for n in self.tensors[ENCODER] if unit and n.startswith(unit["prefix"]))
 
+    def lacks(self, pattern: str) -> int:
+        """The layers before which `pattern` has no tensor: 1 where the first layer has none of
+        it (ModernBERT's attention norm: the embeddings' norm is it), else 0."""
+        return int(pattern in self.first_layer_lacks)
+
     def relative_names(self, config: BertConfig) -> frozenset[str]:
         """The official names of relative position embeddings' tensors, for config's layers,
         whether or not config.json asks for them."""
@@ -146,6 +155,11 @@ def _resolved(d: dict, spec: dict, facts: dict) -> tuple[dict, list[str]]:
             out[ours] = d[theirs]
     for ours, value in spec.get("defaults", {}).items():
         out.setdefault(ours, value)
+    problems += [
+        f"{name}={d[name]!r} is not supported (only {want!r})"
+        for name, want in spec.get("only", {}).items()
+        if name in d and d[name] != want
+    ]
     return out | spec.get("fixed", {}), problems
 
 
@@ -158,7 +172,7 @@ def _shapes(arch: Architecture, key: tuple, groups: tuple[str, ...]) -> dict:
         for pattern, dims in arch.tensors[group].items():
             if pattern in left_out:
                 continue
-            for name in expand(pattern, config.num_hidden_layers):
+            for name in expand(pattern, config.num_hidden_layers, arch.lacks(pattern)):
                 out[name] = tuple(dim(d, config) for d in dims)
     return out
 
@@ -327,6 +341,7 @@ def _architecture(catalog: dict, model_type: str, family: str) -> Architecture:
         catalog.get("bert"),
         facts,
         catalog.get("config", {}),
+        frozenset(catalog.get("first_layer_lacks", [])),
     )
 
 
@@ -340,11 +355,12 @@ def sections(table: dict) -> list[tuple[str, dict]]:
     ]
 
 
-def expand(pattern: str, num_layers: int) -> list[str]:
-    """A name with `{layer}`, for each of `num_layers` layers; a name without it, as it is."""
+def expand(pattern: str, num_layers: int, first: int = 0) -> list[str]:
+    """A name with `{layer}`, for each of `num_layers` layers from `first`; a name without it,
+    as it is."""
     if "{layer}" not in pattern:
         return [pattern]
-    return [pattern.replace("{layer}", str(i)) for i in range(num_layers)]
+    return [pattern.replace("{layer}", str(i)) for i in range(first, num_layers)]
 
 
 def dim(value: int | str, config: BertConfig) -> int:

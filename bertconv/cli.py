@@ -210,10 +210,10 @@ def _checked_options(to: str, source: str, heads: bool | None, groups: str | Non
     a wrong --to fails before anything is read or fetched: one that is not there, or one that
     bertconv recognises but never converts into."""
     from .convert import Selection, check_convertible
-    from .tables import describe, is_table_file, layout_names
+    from .tables import describe, every_layout, is_table_file
 
-    if not is_table_file(to) and to not in layout_names():
-        raise UsageError(f"--to {to!r}: no such layout; one of {', '.join(layout_names())}")
+    if not is_table_file(to) and to not in every_layout():
+        raise UsageError(f"--to {to!r}: no such layout; one of {', '.join(every_layout())}")
     describe(to)
     check_convertible(None, to, source)
     if groups is None:

@@ -41,9 +41,9 @@ def own(config: BertConfig) -> Holding:
 def holdings(config: BertConfig) -> list[Holding]:
     """The ways a from-scratch model may hold a checkpoint read as `config`, each telling
     another model apart: the type's own first, then BERT's (positions from 0, two token types).
-    None for a type whose arithmetic BERT's model lacks (MPNet's relative attention bias): only a
-    model under the type's own names holds it."""
-    if config.relative_bias:
+    None for a type whose arithmetic BERT's model lacks (MPNet's relative attention bias, the
+    modern encoders'): only a model under the type's own names holds it."""
+    if beyond_bert(config):
         return []
     mine = own(config)
     if held_config(config, mine) == held_config(config, BERT_HOLDING):  # a BERT's (ELECTRA's)
@@ -99,13 +99,13 @@ def held(ckpt: Checkpoint, reading: Reading, holding: Holding) -> tuple[Checkpoi
     arch = ckpt.architecture
     if arch.bert is None and holding == BERT_HOLDING:
         return ckpt, reading
-    if ckpt.config.relative_bias:  # MPNet's: no BERT computes it
+    beyond = beyond_bert(ckpt.config)
+    if beyond:  # MPNet's bias, the modern encoders' arithmetic: no BERT computes them
         raise CheckpointError(
-            f"{ckpt.path}: a {arch.model_type} checkpoint's relative attention bias "
-            "(encoder.relative_attention_bias.weight), which every layer adds to its attention "
-            "scores, has no place in a BERT's model (minbert's, or one a table of BERT's "
-            "names holds): left out, every layer would differ. Convert it into one of "
-            f"{arch.model_type}'s layouts ({', '.join(layout_names(arch.model_type))})"
+            f"{ckpt.path}: a {arch.model_type} checkpoint's {beyond} has no place in a BERT's "
+            "model (minbert's, or one a table of BERT's names holds): left out, every layer "
+            f"would differ. Convert it into one of {arch.model_type}'s layouts "
+            f"({', '.join(layout_names(arch.model_type))})"
         )
     if holding.positions == AFTER_PAD and not ckpt.config.positions_after_pad:
         raise CheckpointError(
@@ -160,6 +160,21 @@ def for_table(ckpt: Checkpoint, reading: Reading, table: str) -> tuple[Checkpoin
         return held(ckpt, reading, holding)
     same_family(ckpt, holding, table)
     return ckpt, reading
+
+
+def beyond_bert(config: BertConfig) -> str | None:
+    """What of a checkpoint's arithmetic no BERT's model computes, in words; None where a BERT
+    holds it all."""
+    if config.relative_bias:
+        return (
+            "relative attention bias (encoder.relative_attention_bias.weight), which every "
+            "layer adds to its attention scores,"
+        )
+    if config.rotary:
+        norms = ", norms before each sublayer" if config.norm_first else ""
+        window = ", local attention windows" if config.local_attention else ""
+        return f"arithmetic (rotary positions{window}, a gated feed-forward{norms})"
+    return None
 
 
 def as_bert(ckpt: Checkpoint, reading: Reading) -> tuple[Checkpoint, Reading]:

@@ -202,6 +202,12 @@ class DiscriminatorHead(nn.Module):
         return self.dense_prediction(self.activation(self.dense(hidden))).squeeze(-1)
 
 
+def each_choice(*inputs: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """(B, choices, T) inputs as (B * choices, T): every choice a sequence of its own."""
+    T = inputs[0].shape[-1]
+    return [None if x is None else x.reshape(-1, T) for x in inputs]
+
+
 class BertForMultipleChoice(BertModel):
     """A score per choice: each (question, choice) pair is encoded on its own, and its pooled
     output scored; inputs are (B, choices, T)."""
@@ -212,13 +218,8 @@ class BertForMultipleChoice(BertModel):
         self.classifier = nn.Linear(config.hidden_size, 1)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        B, choices, T = input_ids.shape
-        # Every choice as a sequence of its own: (B * choices, T), and so the outputs
-        flat = [
-            None if x is None else x.reshape(B * choices, T)
-            for x in (attention_mask, token_type_ids)
-        ]
-        out = self.encoded(input_ids.reshape(B * choices, T), *flat)[0]
+        B, choices, _ = input_ids.shape
+        out = self.encoded(*each_choice(input_ids, attention_mask, token_type_ids))[0]
         scores = self.classifier(self.dropout(out.pooler_output)).view(B, choices)
         return LogitsOutput(**vars(out), logits=scores)
 
@@ -256,6 +257,113 @@ class BertForQuestionAnswering(BertModel):
         return QuestionAnsweringOutput(**vars(out), start_logits=start, end_logits=end)
 
 
+class PredictionHead(nn.Module):
+    """ModernBERT's head before its decoder and every classifier: norm(act(dense(h))), with
+    the model's biases (none) and the config's classification activation (GELU)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        H = config.hidden_size
+        self.dense = nn.Linear(H, H, bias=config.linear_bias)
+        self.act = activation(config.classification_activation)
+        self.norm = LayerNorm(H, config.layer_norm_eps, config.norm_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act(self.dense(x)))
+
+
+class TiedDecoder(nn.Module):
+    """A masked LM's decoder that is the word-embedding matrix itself, with a bias of its own."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, word_embeddings, self.bias)
+
+
+def sequence(last: torch.Tensor, attention_mask, pooling: str, first_real: bool = False):
+    """ModernBERT's state of a whole sequence (B, hidden): the mean of its real tokens' states
+    (classifier_pooling "mean"), or its first token's ("cls": the first real one where
+    `first_real`, as its multiple choice reads it)."""
+    mask = (
+        torch.ones(last.shape[:2], device=last.device) if attention_mask is None else attention_mask
+    )
+    if pooling == "mean":
+        return (last * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True)
+    first = mask.argmax(dim=-1) if first_real else torch.zeros_like(mask[:, 0], dtype=torch.long)
+    return last[torch.arange(len(last), device=last.device), first]
+
+
+class ModernBertForMaskedLM(BertModel):
+    """ModernBERT's masked LM: the prediction head, then the decoder (the word embeddings)."""
+
+    def __init__(self, config: BertConfig, pooler: bool = False):
+        super().__init__(config, pooler)
+        self.head = PredictionHead(config)
+        self.decoder = TiedDecoder(config)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out, padding = self.encoded(input_ids, attention_mask, token_type_ids)
+        words = self.embeddings.word_embeddings.weight
+        logits = per_token(lambda h: self.decoder(self.head(h), words), out, padding)
+        return LogitsOutput(**vars(out), logits=logits)
+
+
+class ModernClassifier(BertModel):
+    """ModernBERT with a classifier after its prediction head (`labels` outputs each)."""
+
+    labels = None  # the config's num_labels
+
+    def __init__(self, config: BertConfig, pooler: bool = False):
+        super().__init__(config, pooler)
+        self.head = PredictionHead(config)
+        self.drop = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, self.labels or config.num_labels)
+
+    def classify(self, h: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.drop(self.head(h)))
+
+
+class ModernBertForSequenceClassification(ModernClassifier):
+    """A label per sequence, its state pooled as config.json's classifier_pooling says."""
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out = self.encoded(input_ids, attention_mask, token_type_ids)[0]
+        pooled = sequence(out.last_hidden_state, attention_mask, self.config.classifier_pooling)
+        return LogitsOutput(**vars(out), logits=self.classify(pooled))
+
+
+class ModernBertForTokenClassification(ModernClassifier):
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out, padding = self.encoded(input_ids, attention_mask, token_type_ids)
+        return LogitsOutput(**vars(out), logits=per_token(self.classify, out, padding))
+
+
+class ModernBertForQuestionAnswering(ModernClassifier):
+    labels = 2  # a start and an end score per token
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out, padding = self.encoded(input_ids, attention_mask, token_type_ids)
+        start, end = per_token(self.classify, out, padding).unbind(-1)
+        return QuestionAnsweringOutput(**vars(out), start_logits=start, end_logits=end)
+
+
+class ModernBertForMultipleChoice(ModernClassifier):
+    """A score per choice, each (B, choices, T) choice encoded alone and pooled (its first real
+    token's state, or the mean of its real tokens')."""
+
+    labels = 1
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        B, choices, _ = input_ids.shape
+        ids, mask, types = each_choice(input_ids, attention_mask, token_type_ids)
+        out = self.encoded(ids, mask, types)[0]
+        pooled = sequence(out.last_hidden_state, mask, self.config.classifier_pooling, True)
+        return LogitsOutput(**vars(out), logits=self.classify(pooled).view(B, choices))
+
+
 # bertconv's classes by name: the catalogs name these as what computes each of transformers'.
 CLASSES = {
     cls.__name__: cls
@@ -271,5 +379,10 @@ CLASSES = {
         FirstTokenClassification,
         PreClassifierClassification,
         DiscriminatorModel,
+        ModernBertForMaskedLM,
+        ModernBertForSequenceClassification,
+        ModernBertForTokenClassification,
+        ModernBertForQuestionAnswering,
+        ModernBertForMultipleChoice,
     )
 }

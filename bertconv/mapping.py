@@ -211,14 +211,15 @@ def identify(
         return _placing(canonical(given), "given", shapes, config)
     if fixed := layout_for_format(form):
         return _placing(fixed, "by its form", shapes, config)
-    if recorded is not None and not (guess and recorded not in layout_names()):
-        if recorded not in layout_names():
-            raise _unnamed(source, recorded)
+    shipped = layout_names(config.model_type if config is not None else "bert")
+    if recorded is not None and not (guess and recorded not in shipped):
+        if recorded not in shipped:
+            raise _unnamed(source, recorded, shipped)
         return _placing(recorded, "recorded in its metadata", shapes, config)
     return _by_names(shapes, config, guess)
 
 
-def _unnamed(source: str, recorded: str) -> CheckpointError:
+def _unnamed(source: str, recorded: str, shipped: list[str]) -> CheckpointError:
     """A file whose metadata names a layout that is not at hand: a table file of the user's
     (`file:NAME.toml`, not beside it as it was written), or none bertconv knows."""
     name = recorded_name(recorded)
@@ -232,7 +233,7 @@ def _unnamed(source: str, recorded: str) -> CheckpointError:
         return UnnamedTable(source, name, why)
     return CheckpointError(
         f"{source}: its metadata says it is in layout {recorded!r}, which is not one bertconv "
-        f"ships ({', '.join(layout_names())}). Name the layout it is in with --from (a shipped "
+        f"ships for it ({', '.join(shipped)}). Name the layout it is in with --from (a shipped "
         "name, or the path to the table file it was written with)."
     )
 
@@ -256,11 +257,25 @@ def _by_names(shapes: dict, config: BertConfig | None, guess: bool) -> Identifie
     if config is None:
         return Identified(None, "no shipped table names its tensors")
     if not guess:
-        return Identified(OFFICIAL, "the official layout: no other is recorded or named")
+        return _official(shapes, config)
     names = sorted(layout_names(config.model_type), key=lambda n: n != OFFICIAL)
     found = [_placing(n, "by its names", shapes, config) for n in names if not refusal(n)]
     best = max(found, key=lambda f: len(f.placed))  # the first of equals: official first
     return best if best.placed else Identified(None, "no shipped table names its tensors")
+
+
+def _official(shapes: dict, config: BertConfig) -> Identified:
+    """The official layout, or another the type's files come in as they come in the official
+    one (its table says `official_too`: NomicBERT's classes' names, which transformers reads
+    too) where that one places every tensor of the file and the official one does not."""
+    kind = config.model_type
+    others = [n for n in layout_names(kind) if tables.read(n, kind).get("official_too")]
+    if others and len(_placing(OFFICIAL, "", shapes, config).placed) < len(shapes):
+        for name in others:
+            found = _placing(name, "by its names", shapes, config)
+            if len(found.placed) == len(shapes):
+                return found
+    return Identified(OFFICIAL, "the official layout: no other is recorded or named")
 
 
 def _identify_model(
@@ -373,7 +388,9 @@ def class_of(shapes: dict[str, tuple[int, ...]], config: BertConfig, hints=()) -
     chosen = ([c for c in fitting if c in hints] or fitting or candidates or [None])[0]
     if chosen is None:
         return ClassFound(None, frozenset(), partial, held)
-    pooler = {"pooler"} if names["pooler"] <= present else set()
+    pooler = (
+        {"pooler"} if names["pooler"] and names["pooler"] <= present else set()
+    )  # ModernBERT: none
     return ClassFound(chosen, frozenset(arch.groups_of(chosen)) | pooler, partial, held)
 
 
@@ -432,7 +449,9 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
     rows = {}
     for group, section in sections(raw):
         for pattern, spec in section.items():
-            for i, expanded in enumerate(catalog.expand(pattern, n)):
+            targets = () if isinstance(spec, list) else row_targets(spec)[0]
+            first = max((arch.lacks(t) for t in targets), default=0)
+            for i, expanded in enumerate(catalog.expand(pattern, n, first), start=first):
                 if expanded in rows:
                     raise TableError(
                         f"{where}: row {pattern!r} names {expanded!r}, as another does"

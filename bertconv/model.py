@@ -192,8 +192,9 @@ class SelfAttention(nn.Module):
         H, bias = config.hidden_size, config.linear_bias
         self.Wq, self.Wk, self.Wv = (nn.Linear(H, H, bias=bias) for _ in range(3))
         local = config.is_local(layer)
-        self.reach = config.local_window if local else 0
+        self.reach = config.reach if local else None  # None: no window (0: the token alone)
         self.theta = (local and config.local_rotary_theta) or config.rotary_theta
+        self.theta = self.theta if config.rotary else 0
         self.dropout_p = config.attention_probs_dropout_prob
         self.position_embedding_type = config.position_embedding_type
         if config.relative:  # a vector per distance, -(max - 1) .. max - 1
@@ -226,7 +227,7 @@ class SelfAttention(nn.Module):
         if shared is not None:
             bias = shared.to(q.dtype) if bias is None else bias + shared.to(q.dtype)
         mask = padding.key_mask
-        if self.reach:
+        if self.reach is not None:
             band = window(q.shape[2], self.reach, q.device)
             mask = band if mask is None else mask & band
         dropout = self.dropout_p if self.training else 0.0
@@ -398,8 +399,9 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)
         hidden_states = self.encoder(x, padding, every=output_hidden_states)
         last = hidden_states[-1]
-        if self.encoder.final_norm is not None:  # after the last layer's state, as transformers
-            last = padding.unpack(self.encoder.final_norm(padding.pack(last)))
+        if self.encoder.final_norm is not None:  # the last state is the normed one, as
+            last = padding.unpack(self.encoder.final_norm(padding.pack(last)))  # transformers'
+            hidden_states[-1] = last
         pooled = self.pooler(last) if self.pooler is not None else None
         kept = tuple(hidden_states) if output_hidden_states else None
         return BertOutput(last, pooled, kept), padding

@@ -76,7 +76,7 @@ def why_not(config: BertConfig, device: torch.device, dtype: torch.dtype) -> str
         return f"position_embedding_type={kind!r} adds to the scores, which the kernel does not"
     if config.relative_bias:
         return "its relative attention bias adds to the scores, which the kernel does not"
-    if config.rotary or config.local_window:
+    if config.rotary or config.local_attention:
         return "its rotary positions and local windows are not computed by the packed attention"
     if head_dim % 8 or head_dim > 256:
         return f"FlashAttention takes head sizes that are multiples of 8 up to 256, not {head_dim}"

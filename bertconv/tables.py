@@ -47,6 +47,9 @@ KEYS = {
     "tied": dict,
     "generated": dict,
     "write_tied": bool,  # are [tied] copies written (true: a user's model holds them by name)
+    # files come in it as in the official layout, recognised by their names alone where the
+    # official table does not place them all (NomicBERT's classes' names: transformers reads both)
+    "official_too": bool,
     "holding": dict,  # how a from-scratch model holds BERT's family (Holding): infer writes it
     # a model's tensors of sentence-transformers' modules, from the directory's module folders:
     # {its name: "Dense.linear.weight"} (SENTENCE_TENSORS)
@@ -175,12 +178,34 @@ def _shipped(model_type: str) -> Path:
     return own if own.is_dir() else TABLES
 
 
+def every_layout() -> dict[str, Path]:
+    """Every shipped layout's name, with its table: BERT's, then those another architecture
+    alone has (NomicBERT's transformers-classes)."""
+    found = {name: TABLES / f"{name}.toml" for name in layout_names()}
+    for folder in sorted(p for p in TABLES.iterdir() if p.is_dir() and p.name != "architectures"):
+        for f in sorted(folder.glob("*.toml")):
+            found.setdefault(f.stem, f)
+    return found
+
+
 def describe_layouts() -> list[tuple[str, str]]:
-    return [(name, describe(name)) for name in layout_names()]
+    """Each layout's name and description: BERT's table's where BERT has it, else the one
+    architecture's whose layout it is."""
+    return [(name, describe(name)) for name in every_layout()]
+
+
+def _owner(name: str) -> str:
+    """The model type whose tables hold layout `name`: BERT's where BERT has it (or where no
+    shipped layout is so called), else the one architecture's whose layout it is."""
+    path = every_layout().get(name)
+    if is_table_file(name) or name in layout_names() or path is None:
+        return "bert"
+    return next(t for t in catalog.model_types() if catalog.of(t).family == path.parent.name)
 
 
 def describe(name: str) -> str:
-    """A layout's description, its table read (and checked) on the way."""
+    """A layout's description, its table read (and checked) on the way (a layout of another
+    architecture alone, against that architecture's names)."""
     return raw(name)["description"]
 
 
@@ -205,7 +230,7 @@ def canonical(name: str | None) -> str | None:
 def raw(name: str, model_type: str | None = None) -> dict:
     """Table `name`, read against the official names of `model_type` (by default, those its
     [holding] says: BERT's, unless a type's own)."""
-    return read(source_of(name), model_type or holding_of(name).names or "bert")
+    return read(source_of(name), model_type or holding_of(name).names or _owner(name))
 
 
 def source_of(name: str) -> str | tuple[str, int, int]:
@@ -213,9 +238,9 @@ def source_of(name: str) -> str | tuple[str, int, int]:
     disk, so that a table edited between two calls is read again."""
     name = canonical(name)
     if not is_table_file(name):
-        if name not in layout_names():
+        if name not in every_layout():
             raise UsageError(
-                f"no layout {name!r}; known layouts: {', '.join(layout_names())} "
+                f"no layout {name!r}; known layouts: {', '.join(every_layout())} "
                 "(`bertconv layouts` describes them), or a path to a table file (.toml)"
             )
         return name
@@ -236,6 +261,11 @@ def read(source: str | tuple[str, int, int], model_type: str = "bert") -> dict:
     if not isinstance(source, str):
         return read_table(Path(source[0]), model_type)
     if source not in (own := layout_names(model_type)):
+        if source not in layout_names():  # another architecture's alone
+            raise CheckpointError(
+                f"layout {source!r} is {_owner(source)}'s alone, not {model_type}'s: "
+                f"{model_type} converts into {', '.join(own)}, or a table file of yours"
+            )
         raise CheckpointError(
             f"layout {source!r} has no table for model_type {model_type!r}: its model numbers "
             f"positions from 0 and has BERT's heads; {model_type} converts into "

@@ -157,7 +157,7 @@ def _verify(src: Source, dev, dtype: str, from_layout, model, model_layout) -> t
         groups = _sentence_groups(pipeline, ckpt.config)
         sentence_embeddings(ckpt, reading, groups, {torch.float32, DTYPES[dtype]}, dev)
     arch = reading.table.architecture
-    choices = arch.implementation(reading.model_class) == "BertForMultipleChoice"
+    choices = "choice" in arch.groups_of(reading.model_class)  # (B, choices, T) batches
     batches = inputs(ckpt.config, words, src.path, choices)
     run_in = DTYPES[dtype]
     dtypes = list(dict.fromkeys((torch.float32, run_in)))

@@ -68,7 +68,7 @@ def test_google_bert_config_without_model_type_is_bert():
     assert config.model_type == "bert"
 
 
-@pytest.mark.parametrize("model_type", ["albert", "deberta-v2", "modernbert"])
+@pytest.mark.parametrize("model_type", ["albert", "deberta-v2", "longformer"])
 @pytest.mark.parametrize("command", ["inspect", "convert", "verify"])
 def test_kin_that_is_not_bert_is_refused_quoting_its_type_and_why(
     model_type, command, checkpoints, tmp_path, cli

@@ -120,11 +120,17 @@ SMALL = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_h
 LAYER_STEPS, POOLER_STEPS = 11, 2
 
 
+def _bert_family() -> list[str]:
+    """The model types of BERT's 2019 family, whose steps the diagnosis takes apart (the modern
+    encoders' rotary positions and pre-LN blocks are not among its steps yet)."""
+    return [t for t in model_types() if not of(t).facts["rotary_positions"]]
+
+
 def _every_class_of_every_type():
     """(model type, transformers' class, position kind): each class of each catalog, in each
     kind of position its catalog admits. (Multiple choice is never taken apart: its inputs
     are (B, choices, T).)"""
-    for model_type in model_types():
+    for model_type in _bert_family():
         kinds = KINDS if of(model_type).tensors["relative"] else KINDS[:1]
         for name in of(model_type).classes:
             if of(model_type).implementation(name) != "BertForMultipleChoice":
@@ -202,7 +208,7 @@ def test_bertconvs_own_model_of_every_type_class_and_kind_agrees_at_every_step(
             assert ("the token type embeddings" in dict(found.agreeing)) == typed
 
 
-@pytest.mark.parametrize("model_type", model_types())
+@pytest.mark.parametrize("model_type", _bert_family())
 def test_a_deviation_in_bertconvs_own_model_of_every_type_is_found(model_type):
     """The same, with the traced model's embeddings LayerNorm and layer 1's first LayerNorm
     given another eps: each type's diagnosis finds that step and names the eps, the steps

@@ -26,8 +26,8 @@ def ours_for_modernbert(theirs) -> BertModel:
         max_position_embeddings=c.max_position_embeddings, token_types=False,
         rotary_theta=c.rope_parameters["full_attention"]["rope_theta"],
         local_rotary_theta=c.rope_parameters["sliding_attention"]["rope_theta"],
-        local_window=c.local_attention // 2, global_every=c.global_attn_every_n_layers,
-        gated=True, norm_first=True, linear_bias=False, norm_bias=False,
+        local_attention=c.local_attention, global_attn_every_n_layers=c.global_attn_every_n_layers,
+        rotary_positions=True, gated=True, norm_first=True, linear_bias=False, norm_bias=False,
     )  # fmt: skip
     model = BertModel(config, pooler=False).eval()
     t = theirs.state_dict()
@@ -59,7 +59,8 @@ def ours_for_nomic(theirs) -> BertModel:
         num_attention_heads=c.num_attention_heads, intermediate_size=c.intermediate_size,
         hidden_act=c.hidden_act, layer_norm_eps=c.layer_norm_eps,
         max_position_embeddings=c.max_position_embeddings, type_vocab_size=c.type_vocab_size,
-        rotary_theta=c.rope_parameters["rope_theta"], gated=True, linear_bias=False,
+        rotary_theta=c.rope_parameters["rope_theta"], rotary_positions=True, gated=True,
+        linear_bias=False,
     )  # fmt: skip
     model = BertModel(config, pooler=False).eval()
     t = theirs.state_dict()
@@ -97,7 +98,7 @@ def test_bertconvs_model_computes_modernbert():
     torch.manual_seed(0)
     theirs = tiny_modernbert()
     ours = ours_for_modernbert(theirs)
-    assert [layer.attention.reach for layer in ours.encoder.layer] == [0, 3, 3, 0]
+    assert [layer.attention.reach for layer in ours.encoder.layer] == [None, 3, 3, None]
     for ids, mask in batches(theirs.config.vocab_size, 20):
         differs = every_layer_differs(ours, theirs, ids, mask)
         assert max(differs) < TOLERANCE, differs
@@ -124,7 +125,7 @@ def test_the_window_and_the_bases_are_what_the_parity_rests_on():
         ours = ours_for_modernbert(theirs)
         for layer in ours.encoder.layer[1:3]:
             attention = layer.attention
-            setattr(attention, change, 0 if change == "reach" else ours.config.rotary_theta)
+            setattr(attention, change, None if change == "reach" else ours.config.rotary_theta)
         assert max(every_layer_differs(ours, theirs, ids, mask)) > 1e-3
 
 
