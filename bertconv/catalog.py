@@ -84,6 +84,7 @@ class Architecture:
     facts: dict = field(default_factory=dict)  # what BertConfig carries for the model
     config_spec: dict = field(default_factory=dict)  # [config]: CONFIG_PARTS
     first_layer_lacks: frozenset[str] = frozenset()  # layer patterns layer 0 has no tensor of
+    residual_layers: bool = False  # a layer's state is the sum its anchor's output is added into
 
     @cached_property
     def group_tensors(self) -> dict[str, frozenset[str]]:
@@ -282,7 +283,7 @@ def _problems(catalog: dict, path: Path) -> list[tuple[str, str]]:
     problems = shape_problems(catalog, "an architecture's")
     problems += _class_problems(catalog["classes"], groups)
     problems += [(k, "not a group nor a hidden state") for k in catalog["anchors"]
-                 if k not in groups | {"embeddings", "layer"}]  # fmt: skip
+                 if k not in groups | {"embeddings", "layer", "last_layer"}]  # fmt: skip
     problems += [(f"config.{k}", f"one of {', '.join(CONFIG_PARTS)}, each a table")
                  for k, v in catalog.get("config", {}).items()
                  if k not in CONFIG_PARTS or not isinstance(v, dict)]  # fmt: skip
@@ -342,6 +343,7 @@ def _architecture(catalog: dict, model_type: str, family: str) -> Architecture:
         facts,
         catalog.get("config", {}),
         frozenset(catalog.get("first_layer_lacks", [])),
+        catalog.get("norm_first", False),  # pre-LN: no norm after the residual sum
     )
 
 

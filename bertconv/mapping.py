@@ -89,6 +89,9 @@ class Layout:
     # a model's tensors of sentence-transformers' modules: {its name: "Dense.linear.weight"}
     sentence: tuple[tuple[str, str], ...] = ()
     holding: Holding = BERT_HOLDING  # how a from-scratch model holds BERT's family (family.py)
+    # names its rows give at a layer the architecture has none of (ModernBERT's first attention
+    # norm): a model holding one computes something the checkpoint does not
+    lacking: frozenset[str] = frozenset()
 
     def place(self, name: str) -> str | None:
         """What a file's tensor `name` is in this layout: a `row`, an `alias` of one, a `tied`
@@ -291,6 +294,11 @@ def _identify_model(
         if written - buffers == names:
             return Identified(canonical(name), "given" if given else "by its names",
                               frozenset(names), held)  # fmt: skip
+        extra = names - written
+        why = _beyond_checkpoint(table, extra)
+        if why and (given or (written - buffers < names and _explained(table, extra))):
+            # every other name fits (a shipped layout's too): what the port adds, named
+            raise CheckpointError(f"{said(spec)}: holds what the checkpoint has none of: {why}")
         if given:
             raise CheckpointError(
                 f"{said(spec)}: the table's names do not fit the model: the model has "
@@ -305,6 +313,41 @@ def _identify_model(
         f"{said(spec)}: no shipped layout names its tensors; give its table with --layout "
         "(`bertconv infer` writes one)"
     )
+
+
+def _explained(table: Layout, extra: set[str]) -> bool:
+    """Are all of `extra` tensors a port adds where the checkpoint has none (_beyond_checkpoint)?"""
+    return all(_beyond_checkpoint(table, {name}) for name in extra)
+
+
+def _beyond_checkpoint(table: Layout, extra: set[str]) -> str:
+    """Why a model's tensors no row names are ones a port adds where the checkpoint has none:
+    a bias beside a projection whose official weight has none (ModernBERT's, NomicBERT's), a
+    tensor at a layer the architecture has none of (ModernBERT's first attention norm)."""
+    kind = table.architecture.model_type
+    mapped = {o for row in table.rows.values() for o in row.official}
+
+    def unbiased(name: str) -> bool:
+        head, _, last = name.rpartition(".")
+        row = table.rows.get(f"{head}.weight")
+        biases = [o.removesuffix(".weight") + ".bias" for o in row.official] if row else []
+        return last == "bias" and bool(biases) and not any(b in mapped for b in biases)
+
+    biases = [n for n in sorted(extra) if unbiased(n)]
+    layers = sorted(extra & table.lacking)
+    said = []
+    if biases:
+        said.append(
+            f"{listed(biases)}: biases of projections that have none in the {kind} checkpoint "
+            "(bias=False): added, they move every output"
+        )
+    if layers:
+        said.append(
+            f"{listed(layers)}: at the first layer, which has no such tensor in {kind} (no norm "
+            "before its attention: the embeddings' norm is it): a norm there norms the "
+            "embeddings twice"
+        )
+    return "; ".join(said)
 
 
 def holding_copies(table: Layout, names) -> Layout:
@@ -446,11 +489,12 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
     where = where or name
     n = config.num_hidden_layers
     arch = catalog.of(config.model_type)
-    rows = {}
+    rows, lacking = {}, set()
     for group, section in sections(raw):
         for pattern, spec in section.items():
             targets = () if isinstance(spec, list) else row_targets(spec)[0]
             first = max((arch.lacks(t) for t in targets), default=0)
+            lacking.update(catalog.expand(pattern, first))  # the layers before the first
             for i, expanded in enumerate(catalog.expand(pattern, n, first), start=first):
                 if expanded in rows:
                     raise TableError(
@@ -477,6 +521,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         "own": frozenset(own),
         "holding": Holding.of(raw),
         "sentence": tuple(raw.get("sentence", {}).items()),
+        "lacking": frozenset(n for n in lacking if "{layer}" not in n),
     }
     return Layout(
         name,

@@ -133,6 +133,14 @@ def compared(
     return {k: exact(v) for k, v in named.items()}
 
 
+def cast(model: torch.nn.Module, device, dtype: torch.dtype) -> torch.nn.Module:
+    """`model` on `device`, its floating parameters and buffers in `dtype`; complex ones (a
+    rotary port's turns, polar(1, angle)) kept complex, which Module.to(dtype) would make real,
+    dropping their imaginary parts."""
+    model.to(device)
+    return model._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+
 def exact(value: torch.Tensor) -> torch.Tensor:
     """A compared value on the CPU, in float32, or in float64 where computed in it."""
     return value.cpu().to(torch.float64 if value.dtype == torch.float64 else torch.float32)
@@ -223,7 +231,7 @@ class Runner:
         """The outputs of one batch, and the dtype they were computed in (float64: InFloat64,
         the weights as read)."""
         wide = dtype == torch.float64
-        self.model.to(device=device, dtype=torch.float32 if wide else dtype)
+        cast(self.model, device, torch.float32 if wide else dtype)
         with InFloat64() if wide else nullcontext():
             found = self.outputs({k: v.to(device) for k, v in batch.items()})
         return at_token_starts(found, batch, self.heads), dtype

@@ -18,6 +18,7 @@ from ..config import BertConfig
 from ..convert import Reading, Selection, convert_reading
 from ..errors import BertconvError, CheckpointError, UsageError, UserCodeError, listed, said
 from ..family import (
+    beyond_bert,
     factory_dict,
     held,
     left_out,
@@ -36,6 +37,7 @@ from ..outputs import (
     Output,
     Runner,
     at_token_starts,
+    cast,
     exact,
     heads,
     layer,
@@ -43,11 +45,12 @@ from ..outputs import (
 )
 from ..reference import Reference
 from ..sentence import dense_placed
-from ..tables import BERT_HOLDING, holding_of
+from ..tables import BERT_HOLDING, holding_of, is_table_file
 from .diagnose import Diagnosis, diagnose
 from .fence import APPLIED, shipped
 from .harness import load, load_weights
 from .reading import anchors, head_input, misread_pooler, outputs_of, read, returned
+from .variants import explain
 
 
 def yours(ckpt: Checkpoint, reading: Reading, spec: str, table_spec: str | None, read=None):
@@ -60,6 +63,9 @@ def yours(ckpt: Checkpoint, reading: Reading, spec: str, table_spec: str | None,
     found = ways(ckpt.config)
     if table_spec is not None:
         holding = holding_of(table_spec)
+        if not is_table_file(table_spec) and beyond_bert(ckpt.config):
+            # a shipped layout of a type no BERT holds (MPNet, the modern encoders): its own
+            holding = replace(own(ckpt.config), names=ckpt.config.model_type)
         if holding.names is not None:  # the rows give the type's own names
             same_family(ckpt, holding, table_spec)
         found = [holding]
@@ -243,7 +249,7 @@ class Yours(Runner):
         if head is None:
             return []
         names = _head_names(self.table, self.ckpt.config, {row.kind})
-        self.model.to("cpu", torch.float32)
+        cast(self.model, "cpu", torch.float32)
         read = head_input(self.harness.run(batch), self.anchors, names)
         bert = layer(self.ckpt.config.num_hidden_layers) if head.per_token else POOLER
         if read == bert or (read is not None and read.kind in self.conversion.groups):
@@ -424,7 +430,7 @@ def diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnosi
     gives the shortest it differs on first), each step recomputed by `bert` (bertconv's model
     holding the checkpoint's weights); in float32 on the CPU. A batch of every position the
     model raises on is passed over (the others say)."""
-    harness.model.to("cpu", torch.float32)
+    cast(harness.model, "cpu", torch.float32)
     bert.to("cpu", torch.float32)
     found_anchors = anchors(table, bert.config, {"pooler"})
     found = None
@@ -435,6 +441,12 @@ def diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnosi
             run = harness.run(batch)
         except UserCodeError:  # a batch of every position it cannot take: the others say
             continue
+        if bert.config.rotary:  # a modern encoder: its ports' mistakes, each recomputed
+            yours = read(run, found_anchors).get(row)
+            if yours is None or row.kind not in ("embeddings", "layer"):
+                return None
+            with shipped():
+                return explain(bert, row, batch, yours)
         pooled = read(run, found_anchors).get(POOLER) if row == POOLER else None
         varies = harness.varies(run)  # as it ran: with its patches of torch
         with shipped():  # the model ran with its patches of torch; BERT is recomputed without

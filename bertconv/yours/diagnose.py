@@ -58,6 +58,7 @@ class Diagnosis:
     confirmed_max_abs: float | None = None  # the step recomputed with the cause, against yours
     detail: str = ""  # what BERT does there, from config.json
     table: bool = False  # the cause is the table's (its rows exchanged), not the model's
+    whole: bool = False  # confirmed by the whole model recomputed so (variants.py), not a step
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -79,9 +80,14 @@ class Diagnosis:
         first = f"{self.row}: {self.step} differs (max abs {self.max_abs:.1e}){before}.\n"
         if self.cause:
             whose = "The table gives" if self.table else "Your model computes"
+            how = (
+                "bertconv's model recomputed that way, in every layer, from the checkpoint's "
+                "weights,"
+                if self.whole
+                else "this step recomputed that way from your model's own values"
+            )
             return (
-                f"{first}{whose} {self.cause}: this step recomputed that way from "
-                f"your model's own values gives what it computed (max abs "
+                f"{first}{whose} {self.cause}: {how} gives what it computed (max abs "
                 f"{self.confirmed_max_abs:.1e}).{self.detail}"
             )
         return (

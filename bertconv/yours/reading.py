@@ -11,21 +11,44 @@ from ..outputs import EMBEDDINGS, POOLER, SENTENCE, Head, Note, Output, layer
 from .harness import Run
 from .trace import fields, tensors_in
 
+LAST = "last_layer"  # a catalog's anchor of the last layer's state, where not the others' kind
 
-def anchors(table: Layout, config: BertConfig, groups: set[str]) -> dict[Output, set[str]]:
-    """{output: the user's tensors whose last use returns it}, through `table`: the embeddings,
-    each layer, the pooler and each head of `groups` the table maps (a head by its group)."""
-    out = {}
-    for key, officials in table.architecture.anchors.items():
+
+class Anchors(dict):
+    """{output: the user's tensors whose last use returns it}; `sums`: the outputs that are
+    instead the residual sum that call's output is added into (a pre-LN layer's state)."""
+
+    sums: frozenset[Output] = frozenset()
+    # where an anchor's tensors are never used (a port with no final norm), the tensors whose
+    # residual sum holds the state instead
+    fallback: dict[Output, set[str]] = {}
+
+
+def anchors(table: Layout, config: BertConfig, groups: set[str]) -> Anchors:
+    """The anchors of `table`'s model: the embeddings, each layer (the last one where the
+    catalog reads it apart: after ModernBERT's final norm), the pooler and each head of
+    `groups` the table maps (a head by its group)."""
+    arch, layers = table.architecture, config.num_hidden_layers
+    out = Anchors()
+    for key, officials in arch.anchors.items():
         if key not in ("embeddings", "layer") and key not in groups:
             continue
-        count = config.num_hidden_layers if key == "layer" else 1
+        count = layers if key == "layer" else 1
         for i in range(count):
             label = Output(key, i + 1 if key == "layer" else None)
-            users = {n for o in officials for n in table.model_names(o.replace("{layer}", str(i)))}
+            users = _users(table, officials, i)
+            if label == layer(layers) and LAST in arch.anchors:
+                out.fallback = {label: users}
+                users = _users(table, arch.anchors[LAST], i)
             if users:
                 out[label] = users
+    if arch.residual_layers:
+        out.sums = frozenset(layer(i + 1) for i in range(layers)) - {layer(layers)}
     return out
+
+
+def _users(table: Layout, officials, index: int) -> set[str]:
+    return {n for o in officials for n in table.model_names(o.replace("{layer}", str(index)))}
 
 
 def read(run: Run, found: dict[Output, set[str]]) -> dict[Output, torch.Tensor | None]:
@@ -35,6 +58,11 @@ def read(run: Run, found: dict[Output, set[str]]) -> dict[Output, torch.Tensor |
     out: dict[Output, torch.Tensor | None] = {}
     for label, names in found.items():
         call = run.trace.last_use(names)
+        if call is not None and label in getattr(found, "sums", ()):
+            call = run.trace.residual_sum(call)
+        elif call is None and label in getattr(found, "fallback", {}):
+            before = run.trace.last_use(found.fallback[label])
+            call = before and run.trace.residual_sum(before)
         if call is None:
             out[label] = None
         elif label == POOLER:

@@ -32,6 +32,7 @@ METADATA = {"size", "dim", "numel", "stride", "is_floating_point", "is_contiguou
             "is_complex", "nelement", "ndimension", "storage_offset", "untyped_storage",
             "get_device", "__hash__"}  # fmt: skip
 DEPTH = 4  # how deep outputs and arguments are searched for tensors (nested tuples, dicts)
+SUMS = {"add", "__add__", "__radd__", "add_", "__iadd__"}  # a residual connection's sum
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,24 @@ class Trace(TorchFunctionMode):
             chain.append(following.output)
             current = following
 
+    def residual_sum(self, call: Call) -> Call | None:
+        """The call adding `call`'s output (or what calls of no weight made of it alone: a
+        dropout) to another tensor of its shape: a residual connection's sum, a pre-LN layer's
+        state. None where nothing adds it."""
+        shape = getattr(next(tensors_in(call.output), None), "shape", None)
+        current = call
+        for _ in range(DEPTH):
+            following = list(self.consumers(current))
+            for later in following:
+                out = later.output
+                if later.name in SUMS and isinstance(out, torch.Tensor) and out.shape == shape:
+                    return later
+            alone = [c for c in following if not c.params and len(c.inputs) == 1]
+            if not alone:
+                return None
+            current = alone[0]
+        return None
+
     def _before_in_place(self, name: str, args: tuple, kwargs: dict) -> None:
         """Keep, for the call that made it, a copy of what an in-place call is about to change."""
         target = written_into(name, args, kwargs)
@@ -176,7 +195,12 @@ class Trace(TorchFunctionMode):
         if call.param_names & self.keep:
             return True
         made = [p for p in call.producers if p is not None]
-        return not call.params and len(made) == 1 and made[0] in self._kept
+        if call.params or not made:
+            return False
+        # what a call read later made, alone (an activation), or summed with another tensor (a
+        # residual connection's sum: a pre-LN layer's state)
+        kept = [p for p in made if p in self._kept]
+        return bool(kept) and (len(made) == 1 or call.name in SUMS)
 
     def _hold(self, t: torch.Tensor) -> None:
         """Keep `t` alive while the trace lives, or (`keep`) forget its id when it goes (the

@@ -92,8 +92,11 @@ class ModernBlock(nn.Module):
             allowed = allowed & ((position[:, None] - position[None, :]).abs() <= self.window)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=additive(allowed))
         x = x + self.proj(a.transpose(1, 2).reshape(B, T, d))
-        up, gate = self.wi(self.ln_mlp(x)).chunk(2, dim=-1)
-        return x + self.wo(F.gelu(up) * gate)
+        return x + self.mlp(self.ln_mlp(x))
+
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        up, gate = self.wi(h).chunk(2, dim=-1)
+        return self.wo(F.gelu(up) * gate)
 
 
 class ModernBertPort(nn.Module):
@@ -478,3 +481,107 @@ def nomic_mistaken(hf_model, mistake: str) -> NomicBertPort:
 
 
 NOMIC_MISTAKES = ("gate_and_up_swapped", "another_base", "bias_added")
+
+
+# Built from config.json, as verify --model and infer build a user's model ---------------------
+
+
+def _from_json(config) -> dict:
+    """The ports' config from a ModernBERT config.json (rope_parameters' two bases)."""
+    rope = config["rope_parameters"]
+    return {
+        **dict(config),
+        "global_rope_theta": rope["full_attention"]["rope_theta"],
+        "local_rope_theta": rope["sliding_attention"]["rope_theta"],
+    }
+
+
+def modernbert(config) -> ModernBertPort:
+    return ModernBertPort(_from_json(config))
+
+
+def modernbert_complex(config) -> ModernBertComplexPort:
+    return ModernBertComplexPort(_from_json(config))
+
+
+def nomic(config) -> NomicBertPort:
+    return NomicBertPort({
+        "vocab_size": config["vocab_size"], "n_embd": config["hidden_size"],
+        "n_layer": config["num_hidden_layers"], "n_head": config["num_attention_heads"],
+        "n_inner": config["intermediate_size"], "n_positions": config["max_position_embeddings"],
+        "type_vocab_size": config["type_vocab_size"],
+        "layer_norm_epsilon": config["layer_norm_eps"],
+        "rotary_emb_base": config["rope_parameters"]["rope_theta"],
+    })  # fmt: skip
+
+
+class SwappedBlock(ModernBlock):
+    """The activation on the half the checkpoint multiplies by."""
+
+    def mlp(self, h: torch.Tensor) -> torch.Tensor:
+        gate, up = self.wi(h).chunk(2, dim=-1)
+        return self.wo(F.gelu(up) * gate)
+
+
+def modernbert_mistaken_in_code(mistake: str):
+    """A factory of the rotate-half port built from config.json with `mistake` in its code (as
+    verify --model builds it: the checkpoint's weights loaded after)."""
+
+    def make(config) -> ModernBertPort:
+        port = modernbert(config)
+        cfg = _from_json(config)
+        if mistake == "interleaved":
+            for block in port.blocks:
+                block.__class__ = InterleavedBlock
+        elif mistake == "another_base":
+            _retabled(port, lambda b: 10000.0 if b.window is None else None)
+        elif mistake == "global_base_in_local_layers":
+            _retabled(port, lambda b: cfg["global_rope_theta"] if b.window is not None else None)
+        elif mistake == "window_off_by_one":
+            for block in port.blocks:
+                block.window = block.window + 1 if block.window is not None else None
+        elif mistake == "window_in_every_layer":
+            for block in port.blocks:
+                block.window = cfg["local_attention"] // 2
+        elif mistake == "gate_and_up_swapped":
+            for block in port.blocks:
+                block.__class__ = SwappedBlock
+        elif mistake == "bias_added":
+            for block in port.blocks:
+                block.qkv = nn.Linear(cfg["hidden_size"], 3 * cfg["hidden_size"], bias=True)
+        elif mistake == "first_attention_norm_twice":  # the embeddings' norm, again
+            port.blocks[0].ln_attn = port.ln_emb
+        elif mistake == "final_norm_missing":
+            port.ln_final.forward = lambda x: x
+        else:
+            raise ValueError(f"no such mistake: {mistake}")
+        return port
+
+    return make
+
+
+class SwappedNomicMLP(NomicMLP):
+    """silu on fc11, the half the checkpoint multiplies by."""
+
+    def forward(self, x):
+        return self.fc2(self.fc12(x) * F.silu(self.fc11(x)))
+
+
+def nomic_mistaken_in_code(mistake: str):
+    """A factory of the NomicBERT port built from config.json with `mistake` in its code."""
+
+    def make(config) -> NomicBertPort:
+        port = nomic(config)
+        for layer in port.encoder.layers:
+            if mistake == "gate_and_up_swapped":
+                layer.mlp.__class__ = SwappedNomicMLP
+            elif mistake == "another_base":
+                a = layer.attn
+                a.cos, a.sin = rotary_tables(a.hd, 10000.0, len(a.cos))
+            elif mistake == "bias_added":
+                layer.attn.Wqkv = nn.Linear(a_in := layer.attn.Wqkv.in_features, 3 * a_in)
+            else:
+                raise ValueError(f"no such mistake: {mistake}")
+        return port
+
+    return make

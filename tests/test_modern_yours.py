@@ -1,0 +1,124 @@
+"""Your own ModernBERT or NomicBERT (issue 47): from-scratch ports written as public code
+writes them (tests/zoo/modern_ports.py: a fused qkv with rotate-half and a banded window; split
+q, k, v with complex rotation and a chunked window; NomicBERT under the Hub's names) PASS verify
+--model on tiny checkpoints every parameter of which is moved; each mistake ports make FAILS,
+its cause named and confirmed by bertconv's model recomputed that way, or is refused naming the
+tensors the checkpoint has none of; a BERT written from scratch is refused."""
+
+from pathlib import Path
+
+import pytest
+from test_modern import written
+
+from bertconv.errors import BertconvError
+from bertconv.verify import verify
+
+transformers = pytest.importorskip("transformers")
+if not hasattr(transformers, "NomicBertModel"):
+    pytest.skip(
+        "transformers has no ModernBERT and NomicBERT classes here", allow_module_level=True
+    )
+
+ZOO = Path(__file__).parent / "zoo"
+PORTS = f"{ZOO}/modern_ports.py"
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("modern-yours")
+    return {c: written(c, root) for c in ("ModernBertModel", "NomicBertModel")}
+
+
+@pytest.mark.parametrize(
+    "factory, table, checkpoint",
+    [
+        ("modernbert", "modern_port.toml", "ModernBertModel"),
+        ("modernbert_complex", "modern_complex_port.toml", "ModernBertModel"),
+        ("nomic", None, "NomicBertModel"),  # the Hub's names: recognised without a table
+        ("nomic", "transformers", "NomicBertModel"),
+    ],
+)
+def test_ports_written_as_public_code_writes_them_pass(factory, table, checkpoint, checkpoints):
+    layout = table and (str(ZOO / table) if table.endswith(".toml") else table)
+    report = verify(str(checkpoints[checkpoint]), device="cpu", model=f"{PORTS}:{factory}",
+                    model_layout=layout)  # fmt: skip
+    assert report.passed, report.rows
+    assert report.longest_sequence == 64  # past the window of 6 many times
+
+
+# mistake -> (the step named, words of the cause); each in the port's code, the checkpoint's
+# weights loaded into it by verify
+MODERN = {
+    "interleaved": ("the rotary positions", "interleaved pairs"),
+    "another_base": ("the rotary positions", "base of 10000 in the global layers"),
+    "global_base_in_local_layers": ("the rotary positions", "base of 160000 in the local"),
+    "window_off_by_one": ("the attention window", "4 tokens either way (one more)"),
+    "window_in_every_layer": ("the attention window", "the window in every layer"),
+    "gate_and_up_swapped": ("the gated feed-forward", "gate and up halves swapped"),
+    "final_norm_missing": ("the final norm", "no final norm"),
+}
+NOMIC = {
+    "gate_and_up_swapped": ("the gated feed-forward", "gate and up halves swapped"),
+    "another_base": (
+        "the rotary positions",
+        "base of 10000 in the layers, where the checkpoint's is 1000",
+    ),
+}
+
+
+def _spec(tmp_path, maker: str, mistake: str) -> str:
+    module = tmp_path / f"mistaken_{mistake}.py"
+    module.write_text(
+        f"import sys\nsys.path.insert(0, {str(ZOO)!r})\n"
+        f"from modern_ports import {maker}\nmake = {maker}({mistake!r})\n"
+    )
+    return f"{module}:make"
+
+
+@pytest.mark.parametrize("mistake", MODERN)
+def test_each_modernbert_mistake_fails_named(mistake, checkpoints, tmp_path):
+    step, words = MODERN[mistake]
+    spec = _spec(tmp_path, "modernbert_mistaken_in_code", mistake)
+    report = verify(str(checkpoints["ModernBertModel"]), device="cpu", model=spec,
+                    model_layout=str(ZOO / "modern_port.toml"))  # fmt: skip
+    assert not report.passed
+    found = report.diagnosis
+    assert found.step == step and words in found.cause, found.message()
+    assert found.confirmed_max_abs <= 1e-5 < found.max_abs
+
+
+@pytest.mark.parametrize("mistake", NOMIC)
+def test_each_nomic_mistake_fails_named(mistake, checkpoints, tmp_path):
+    step, words = NOMIC[mistake]
+    spec = _spec(tmp_path, "nomic_mistaken_in_code", mistake)
+    report = verify(str(checkpoints["NomicBertModel"]), device="cpu", model=spec)
+    assert not report.passed
+    found = report.diagnosis
+    assert found.step == step and words in found.cause, found.message()
+
+
+@pytest.mark.parametrize(
+    "maker, mistake, checkpoint, table, said",
+    [
+        ("modernbert_mistaken_in_code", "bias_added", "ModernBertModel", "modern_port.toml",
+         "blocks.0.qkv.bias"),
+        ("modernbert_mistaken_in_code", "first_attention_norm_twice", "ModernBertModel",
+         "modern_port.toml", "norms the embeddings twice"),
+        ("nomic_mistaken_in_code", "bias_added", "NomicBertModel", None,
+         "encoder.layers.0.attn.Wqkv.bias"),
+    ],
+)  # fmt: skip
+def test_a_tensor_the_checkpoint_has_none_of_is_refused_named(
+    maker, mistake, checkpoint, table, said, checkpoints, tmp_path, cli
+):
+    args = ["--layout", str(ZOO / table)] if table else []
+    code, _, err = cli("verify", checkpoints[checkpoint], "--model", _spec(tmp_path, maker, mistake),
+                       *args, "--device", "cpu")  # fmt: skip
+    assert code == 4 and said in err and "the checkpoint has none of" in err, err
+
+
+def test_a_bert_written_from_scratch_is_refused_on_a_modernbert(checkpoints, cli):
+    spec = f"{ZOO}/official_names.py:OfficialNamesBert"
+    for checkpoint in checkpoints.values():
+        code, out, err = cli("verify", checkpoint, "--model", spec, "--device", "cpu")
+        assert code in (1, 4) and "PASSED" not in out, (out, err)
