@@ -239,3 +239,67 @@ def test_layouts_lists_nomics_second_naming(cli):
     code, out, _ = cli("layouts")
     lines = {line.split()[0]: line for line in out.splitlines()}
     assert code == 0 and "self_attn.q_proj" in lines["transformers-classes"]
+
+
+def test_a_nomic_sentence_directory_with_its_prompts_end_to_end(tmp_path):
+    """nomic-embed's pipeline: NomicBERT, mean pooling, Normalize, and its task prompts in
+    config_sentence_transformers.json. encode(prompt_name=...) equals sentence-transformers',
+    verify's sentence row passes, and a conversion into bertconv's names keeps the prompts."""
+    import warnings
+
+    import st_dirs
+
+    bert = st_dirs.encoder(tmp_path / "bert")
+    vocab = json.loads((bert / "config.json").read_text())["vocab_size"]
+    nomic = written("NomicBertModel", tmp_path, vocab_size=vocab, hidden_size=16,
+                    num_attention_heads=2, intermediate_size=20, max_position_embeddings=24,
+                    num_hidden_layers=2)  # fmt: skip
+    for f in bert.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "vocab")):
+            shutil.copy(f, nomic)
+    prompts = {"query": "search_query: ", "document": "search_document: "}
+    directory = st_dirs.written(nomic, tmp_path / "st", "mean", prompts=prompts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sentence_transformers import SentenceTransformer
+
+        theirs = SentenceTransformer(str(directory), device="cpu")
+    texts = ["a man is eating food", "paris is the capital of france and its museums"]
+    ours = bertconv.load(directory)
+    for name in ("query", "document", None):
+        expected = theirs.encode(texts, prompt_name=name, convert_to_tensor=True)
+        assert (ours.encode(texts, prompt_name=name) - expected).abs().max() <= FLOAT32_MAX_ABS
+    plain = theirs.encode(texts, convert_to_tensor=True)
+    assert (ours.encode(texts, prompt_name="query") - plain).abs().max() > 1e-3  # it matters
+    report = verify(str(directory), device="cpu")
+    assert report.passed and report.rows[-1].name == "sentence embedding", report.rows
+    convert_checkpoint(Source("st", directory), tmp_path / "ours", "bertconv")
+    again = bertconv.load(tmp_path / "ours").encode(texts, prompt_name="query")
+    expected = theirs.encode(texts, prompt_name="query", convert_to_tensor=True)
+    assert (again - expected).abs().max() <= FLOAT32_MAX_ABS
+
+
+@pytest.mark.parametrize("model_class", ["ModernBertForMaskedLM", "NomicBertModel"])
+def test_fetch_brings_them_through_the_hub(model_class, modern, tmp_path):
+    """Through the local Hub, as a user fetches ModernBERT-base or nomic-embed-text: written in
+    bertconv's names, verified."""
+    import os
+    import subprocess
+    import sys
+
+    from localhub import LocalHub
+
+    source = tmp_path / "repo"
+    shutil.copytree(modern[model_class], source)
+    with LocalHub() as hub:
+        hub.add_repo("org/modern", source)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+        env |= {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
+        out = tmp_path / "out"
+        done = subprocess.run(
+            [sys.executable, "-c", "from bertconv.cli import main; main()", "fetch", "org/modern",
+             "--out", str(out)], capture_output=True, text=True, env=env,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert bertconv.inspect(str(out)).layout == "bertconv"
+    assert verify(str(out), device="cpu").passed

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from test_modern import written
 
-from bertconv.errors import BertconvError
 from bertconv.verify import verify
 
 transformers = pytest.importorskip("transformers")
@@ -112,8 +111,8 @@ def test_a_tensor_the_checkpoint_has_none_of_is_refused_named(
     maker, mistake, checkpoint, table, said, checkpoints, tmp_path, cli
 ):
     args = ["--layout", str(ZOO / table)] if table else []
-    code, _, err = cli("verify", checkpoints[checkpoint], "--model", _spec(tmp_path, maker, mistake),
-                       *args, "--device", "cpu")  # fmt: skip
+    spec = _spec(tmp_path, maker, mistake)
+    code, _, err = cli("verify", checkpoints[checkpoint], "--model", spec, *args, "--device", "cpu")
     assert code == 4 and said in err and "the checkpoint has none of" in err, err
 
 
