@@ -374,7 +374,7 @@ def _check_table_out(out: Path, reads: list) -> None:
     """infer writes a table, and replaces nothing but a table: never a file it reads (the model's
     code, the config), never anything else (`--out mybert.py` for `mybert.toml`)."""
     from .files import is_present
-    from .tables import read_table
+    from .tables import raw
 
     for read in reads:
         if read and Path(read).is_file() and out.exists() and os.path.samefile(out, read):
@@ -384,7 +384,7 @@ def _check_table_out(out: Path, reads: list) -> None:
     if not out.is_file():
         raise UsageError(f"--out {out}: is not a file; give the path of the table to write")
     try:
-        read_table(out)
+        raw(str(out))  # against the official names its [holding] says (ModernBERT's, ...)
     except BertconvError:
         raise UsageError(
             f"--out {out}: exists and is not a mapping table; infer replaces only a table. "

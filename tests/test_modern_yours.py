@@ -121,3 +121,77 @@ def test_a_bert_written_from_scratch_is_refused_on_a_modernbert(checkpoints, cli
     for checkpoint in checkpoints.values():
         code, out, err = cli("verify", checkpoint, "--model", spec, "--device", "cpu")
         assert code in (1, 4) and "PASSED" not in out, (out, err)
+
+
+PORTS_OF = {
+    "modernbert": "ModernBertModel",
+    "modernbert_complex": "ModernBertModel",
+    "nomic": "NomicBertModel",
+}
+
+
+@pytest.mark.parametrize("factory", PORTS_OF)
+def test_infer_finds_each_ports_table_and_the_converted_weights_load_strictly(
+    factory, checkpoints, tmp_path, cli
+):
+    """infer, convert --to the table, load strictly into the port: it computes the checkpoint
+    (transformers' last hidden state) on a batch padded on the right past the window."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    source = checkpoints[PORTS_OF[factory]]
+    table, out = tmp_path / "port.toml", tmp_path / "converted"
+    code, _, err = cli("infer", f"{PORTS}:{factory}", "--config", source / "config.json",
+                       "--out", table)  # fmt: skip
+    assert code == 0, err
+    assert cli("convert", source, "--to", table, "--out", out)[0] == 0
+    import modern_ports
+
+    port = getattr(modern_ports, factory)(json.loads((source / "config.json").read_text()))
+    port.load_state_dict(load_file(out / "model.safetensors"), strict=True)
+    theirs = transformers.AutoModel.from_pretrained(source).eval()
+    ids = torch.randint(5, 99, (2, 40), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 30:] = 0
+    with torch.no_grad():
+        got = port.eval()(ids, mask)
+        expected = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert (got - expected)[mask.bool()].abs().max() <= 1e-5
+    report = verify(str(source), device="cpu", model=f"{PORTS}:{factory}", model_layout=str(table))
+    assert report.passed, report.rows
+
+
+@pytest.mark.parametrize(
+    "mistake, words",
+    [
+        ("window_off_by_one", "4 tokens either way"),
+        ("interleaved", "interleaved pairs"),
+        ("final_norm_missing", "no final norm"),
+        ("first_attention_norm_twice", "the embeddings' norm applied again"),
+    ],
+)
+def test_infer_names_the_mistake_no_table_can_mend(mistake, words, checkpoints, tmp_path, cli):
+    spec = _spec(tmp_path, "modernbert_mistaken_in_code", mistake)
+    config = checkpoints["ModernBertModel"] / "config.json"
+    code, _, err = cli("infer", spec, "--config", config, "--out", tmp_path / "t.toml")
+    assert code != 0 and words in err and not (tmp_path / "t.toml").exists(), err
+
+
+def test_infer_refuses_biases_the_checkpoint_has_none_of(checkpoints, tmp_path, cli):
+    spec = _spec(tmp_path, "modernbert_mistaken_in_code", "bias_added")
+    config = checkpoints["ModernBertModel"] / "config.json"
+    code, _, err = cli("infer", spec, "--config", config, "--out", tmp_path / "t.toml")
+    assert code != 0 and "blocks.{layer}.qkv.bias" in err and "bias=False" in err, err
+
+
+def test_a_swapped_gate_in_code_is_a_table_that_stacks_it_the_other_way(checkpoints, tmp_path, cli):
+    """A port that takes the second half of Wi for the activated one computes the checkpoint
+    once its table stacks the halves that way: infer finds it, and verify passes with it."""
+    spec = _spec(tmp_path, "modernbert_mistaken_in_code", "gate_and_up_swapped")
+    source, table = checkpoints["ModernBertModel"], tmp_path / "t.toml"
+    code, _, err = cli("infer", spec, "--config", source / "config.json", "--out", table)
+    assert code == 0, err
+    assert 'Wi_gate.weight", "layers.{layer}.mlp.Wi_input' in table.read_text()
+    assert verify(str(source), device="cpu", model=spec, model_layout=str(table)).passed

@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -19,6 +20,7 @@ SEQUENCE = {"nsp": 2, "classifier": None}
 PER_TOKEN = {"token classifier": None, "qa": 2}
 # The query, key and value: read from one input, in any order (a fused unit holds all three).
 ATTENTION = ("query", "key", "value")
+GATED = ("intermediate", "up")  # a gated feed-forward's two projections of one input
 DISCRIMINATOR = "discriminator"  # ELECTRA's head: its role and group
 
 
@@ -44,18 +46,25 @@ def roles(arch: Architecture, token_types: bool = True) -> Roles:
     units = {r: (u["prefix"], u["group"], frozenset(u["hints"]))
              for r, u in arch.units.items() if r not in left_out}  # fmt: skip
     layer = tuple(r for r, (prefix, _, _) in units.items() if "{layer}" in prefix)
-    embeddings = {
+    embeddings = {  # the encoder's tables outside its layers (not a projection without bias)
         r: tuple(shapes[f"{prefix}.weight"])
-        for r, (prefix, _, _) in units.items()
-        if len(shapes.get(f"{prefix}.weight", ())) == 2 and f"{prefix}.bias" not in shapes
+        for r, (prefix, group, _) in units.items()
+        if len(shapes.get(f"{prefix}.weight", ())) == 2
+        and f"{prefix}.bias" not in shapes
+        and group == ENCODER
+        and "{layer}" not in prefix
     }
     single = tuple(r for r, (prefix, _, _) in units.items() if prefix in shapes)
     # Each unit of a layer reads the one before it; the attention's output reads all three.
-    before = {
-        role: ATTENTION if previous in ATTENTION else (previous,)
-        for previous, role in itertools.pairwise(layer)
-        if role not in ATTENTION
-    }
+    # A gated feed-forward's two projections read one input, in either order, as the three do.
+    together = [tuple(r for r in g if r in layer) for g in (ATTENTION, GATED)]
+    group = {r: g for g in together for r in g}
+    before = {}
+    for previous, role in itertools.pairwise(layer):
+        if role in group and previous in group[role]:
+            continue  # one of a parallel group: it reads what the first of them reads
+        for member in group.get(role, (role,)):
+            before[member] = group.get(previous, (previous,))
     return Roles(units, layer, embeddings, single, before)
 
 
@@ -67,6 +76,9 @@ class Assignment:
     transposed: dict[str, bool] = field(default_factory=dict)  # role -> stored (in, out)
     swapped: frozenset[str] = frozenset()  # norms whose two tensors are the other way round
     fused: tuple[str, ...] = ("query", "key", "value")  # the order a fused unit holds them
+    # a gated feed-forward's two projections in one unit (ModernBERT's Wi): the order it holds
+    # the activated one and the up one
+    gated: tuple[str, ...] = ("intermediate", "up")
 
 
 @dataclass
@@ -109,8 +121,10 @@ def fits(unit: Unit, out: int, inp: int) -> list[bool]:
     ]
 
 
-def is_norm(unit: Unit, h: int) -> bool:
-    return unit.kind in ("norm", "other") and unit.shape == (h,) and unit.bias is not None
+def is_norm(unit: Unit, h: int, bias: bool = True) -> bool:
+    """Can `unit` be a LayerNorm of the hidden size (with a bias, or, `bias` False, either)?"""
+    with_bias = unit.bias is not None or not bias
+    return unit.kind in ("norm", "other") and unit.shape == (h,) and with_bias
 
 
 def _hint(unit: Unit, role: str, known: Roles) -> int:
@@ -160,11 +174,13 @@ def _in_order(choice: Assignment, before: dict[str, tuple[str, ...]]) -> bool:
     )
 
 
-def _attention_choices(base: dict, flips: dict, square: list[Unit], fused: list[Unit]) -> list:
+def _attention_choices(
+    base: dict, flips: dict, square: list[Unit], fused: list[Unit], h: int | None = None
+) -> list:
     roles = ("query", "key", "value", "attention output")
     taken = set(map(id, base.values()))
     free = [u for u in square if id(u) not in taken]
-    h = base["output norm"].shape[0]
+    h = h or base["output norm"].shape[0]
     out = []
     for perm in itertools.permutations(free, 4):
         units = base | dict(zip(roles, perm, strict=True))
@@ -178,6 +194,60 @@ def _attention_choices(base: dict, flips: dict, square: list[Unit], fused: list[
                     stored = {"query": tq, "key": tq, "value": tq, "attention output": to}
                     out.append(Assignment(units, flips | stored, fused=order))
     return out
+
+
+def modern_layer_choices(model: Model) -> Iterator[Assignment]:
+    """Every way a layer's units can be a modern encoder's (ModernBERT's pre-LN block, or
+    NomicBERT's post-LN one, gated, without biases), the likeliest first: the query, key and
+    value (or a fused unit), the attention's output, the feed-forward's activated projection
+    and its up projection (or one unit holding both, either way round), the one back, and the
+    two LayerNorms in the order the forward uses them."""
+    h, i = model.config.hidden_size, model.config.intermediate_size
+    units = model.layer
+    norms = [u for u in units if is_norm(u, h, model.config.norm_bias)]
+    square = [u for u in units if fits(u, h, h)]
+    fused = [u for u in units if fits(u, 3 * h, h)]
+    halves = [(u, t) for u in units for t in fits(u, i, h)]
+    both = [(u, t) for u in units for t in fits(u, 2 * i, h)]
+    ffn_out = [(u, t) for u in units for t in fits(u, h, i)]
+    first, second = [r for r in model.roles.layer if r.endswith("norm")][:2]
+    feeds = []  # (units, stored, gated order)
+    for (a, ta), (b, tb) in itertools.permutations(halves, 2):
+        if a is not b:
+            feeds.append(({"intermediate": a, "up": b}, {"intermediate": ta, "up": tb}, None))
+    for (u, t), order in itertools.product(both, (("intermediate", "up"), ("up", "intermediate"))):
+        feeds.append(({"intermediate": u, "up": u}, {"intermediate": t, "up": t}, order))
+    options = []
+    for (feed, stored, order), (out, to) in itertools.product(feeds, ffn_out):
+        if any(out is u for u in feed.values()):
+            continue
+        for n1, n2 in itertools.permutations(norms, 2):
+            base = feed | {"output": out, first: n1, second: n2}
+            flips = stored | {"output": to}
+            for choice in _attention_choices(base, flips, square, fused, h):
+                options.append(replace(choice, gated=order or choice.gated))
+    ranked = sorted(options, key=lambda a: -_score(a, model.roles) + (a.gated[0] != "intermediate"))
+    in_order = [a for a in ranked if _in_order(a, model.roles.before)]
+    yield from in_order or ranked[:OUT_OF_ORDER]
+
+
+def modern_global_choices(model: Model) -> Iterator[Assignment]:
+    """The units outside the layers as a modern encoder's: its tables (the words; NomicBERT's
+    token types), the embeddings' norm, and (ModernBERT's) the final norm, used after them."""
+    h, roles = model.config.hidden_size, model.roles.units
+    tables = {role: units for (role, _), units in model.tables().items()}
+    norms = sorted(
+        (u for u in model.outside if is_norm(u, h, model.config.norm_bias)), key=lambda u: u.order
+    )
+    wanted = [r for r in ("embeddings norm", "final norm") if r in roles]
+    options = []
+    for embeddings in itertools.product(*tables.values()):
+        if len(set(map(id, embeddings))) < len(tables):
+            continue
+        for chosen_norms in itertools.permutations(norms, len(wanted)):
+            chosen = dict(zip(tables, embeddings, strict=True))
+            options.append(Assignment(chosen | dict(zip(wanted, chosen_norms, strict=True))))
+    yield from sorted(options, key=lambda a: -_embedding_score(a, model.roles))
 
 
 def _score(choice: Assignment, known: Roles) -> float:
@@ -232,7 +302,8 @@ def _embedding_score(choice: Assignment, known: Roles) -> float:
     score = 2 * ("input_ids" in units["word embeddings"].lookup)
     if TOKEN_TYPES in units:
         score += 2 * ("token_type_ids" in units[TOKEN_TYPES].lookup)
-    score += 2 * (not units["position embeddings"].lookup & {"input_ids", "token_type_ids"})
+    if "position embeddings" in units:  # rotary encoders have no table of them
+        score += 2 * (not units["position embeddings"].lookup & {"input_ids", "token_type_ids"})
     score += sum(_hint(u, r, known) for r, u in units.items())
     return score - units["embeddings norm"].order / UNUSED
 
@@ -352,6 +423,8 @@ def sections(choice: Assignment, model: Model) -> dict[str, dict[str, object]]:
             target[model.patterns[unit.weight]] = prefix
         elif role in choice.fused and unit.fused == 3:  # the same rows for the three
             target.update(_fused_rows(unit, choice, model))
+        elif role in choice.gated and choice.units.get("up") is choice.units.get("intermediate"):
+            target.update(_fused_rows(unit, choice, model, choice.gated))
         else:
             target.update(_unit_rows(unit, prefix, choice, role, model))
     return out
@@ -359,9 +432,11 @@ def sections(choice: Assignment, model: Model) -> dict[str, dict[str, object]]:
 
 def _unit_rows(unit: Unit, prefix: str, choice: Assignment, role: str, model: Model) -> dict:
     name = model.patterns
-    if unit.bias is None:  # an embedding, maybe kept as (1, n, h)
+    if unit.bias is None:  # an embedding, maybe kept as (1, n, h); a projection without bias
         official = f"{prefix}.weight"
-        return {name[unit.weight]: {"unsqueeze": official} if len(unit.shape) == 3 else official}
+        transform = "unsqueeze" if len(unit.shape) == 3 and unit.kind != "linear" else None
+        transform = transform or ("transpose" if choice.transposed.get(role) else None)
+        return {name[unit.weight]: {transform: official} if transform else official}
     weight, bias = (unit.bias, unit.weight) if role in choice.swapped else (unit.weight, unit.bias)
     transform = "conv1d" if len(unit.shape) == 3 else choice.transposed.get(role) and "transpose"
     rows = {
@@ -371,9 +446,10 @@ def _unit_rows(unit: Unit, prefix: str, choice: Assignment, role: str, model: Mo
     return dict(sorted(rows.items(), key=lambda kv: kv[0] != name[unit.weight]))
 
 
-def _fused_rows(unit: Unit, choice: Assignment, model: Model) -> dict:
-    prefixes = [model.roles.units[role][0] for role in choice.fused]
-    kind = "concat_transposed" if choice.transposed[choice.fused[0]] else "concat"
+def _fused_rows(unit: Unit, choice: Assignment, model: Model, roles=None) -> dict:
+    roles = roles or choice.fused
+    prefixes = [model.roles.units[role][0] for role in roles]
+    kind = "concat_transposed" if choice.transposed[roles[0]] else "concat"
     out = {model.patterns[unit.weight]: {kind: [f"{p}.weight" for p in prefixes]}}
     if unit.bias is not None:
         out[model.patterns[unit.bias]] = {"concat": [f"{p}.bias" for p in prefixes]}
@@ -408,11 +484,24 @@ def raw_table(
     groups = {g: r for g, r in rows.items() if g != ENCODER and r}
     if groups:
         raw["groups"] = groups
-    if model.tied:
-        raw["tied"] = {model.patterns[k]: model.patterns[v] for k, v in model.tied.items()}
+    if model.tied:  # by pattern where both are a layer's, else as named (one layer's copy)
+        raw["tied"] = {
+            **{k: v for k, v in model.tied.items()},
+            **{model.patterns[k]: model.patterns[v] for k, v in model.tied.items()
+               if ("{layer}" in model.patterns[k]) == ("{layer}" in model.patterns[v])},
+        }  # fmt: skip
+        raw["tied"] = {k: v for k, v in raw["tied"].items() if not _covered(k, raw["tied"])}
     if generated:
         raw["generated"] = generated
     return raw
+
+
+def _covered(name: str, tied: dict) -> bool:
+    """Is `name`, one layer's, among the names a pattern of `tied` already gives?"""
+    return "{layer}" not in name and any(
+        "{layer}" in p and re.fullmatch(re.escape(p).replace(r"\{layer\}", "[0-9]+"), name)
+        for p in tied
+    )
 
 
 def table_text(raw: dict, spec: str, notes: list[str]) -> str:

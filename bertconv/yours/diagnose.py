@@ -81,8 +81,7 @@ class Diagnosis:
         if self.cause:
             whose = "The table gives" if self.table else "Your model computes"
             how = (
-                "bertconv's model recomputed that way, in every layer, from the checkpoint's "
-                "weights,"
+                "bertconv's model recomputed that way, in every layer, from the same weights,"
                 if self.whole
                 else "this step recomputed that way from your model's own values"
             )

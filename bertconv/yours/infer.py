@@ -150,6 +150,12 @@ class Probe:
         from .diagnose import diagnose
 
         run, table, found = self.traced(raw)
+        if self.config.rotary:  # a modern encoder: its ports' mistakes, each recomputed
+            from .variants import explain
+
+            yours = read(run, found).get(row)
+            fits = yours is not None and row.kind in ("embeddings", "layer")
+            return explain(self.reference, row, self.batch, yours) if fits else None
         pooled = read(run, found).get(POOLER) if row == POOLER else None
         return diagnose(run.trace, table, self.reference, row, pooled, self.harness.varies(run))
 
@@ -311,6 +317,7 @@ def _inferred(spec: str, config_dict: dict | None, given: BertConfig, holding, d
     _refuse_stacked(tensors, config, spec)
     generated = generated_buffers(state, params, config)
     user = _model(run.trace, tensors, config, (config_dict or {}).get("architectures"))
+    _refuse_biases(user, spec)
     if not _has_token_types(user):  # held without them: [holding] says so
         holding = replace(holding, token_types=0)
         config = _probe_config(given, holding)
@@ -347,6 +354,21 @@ def _has_token_types(user: assign.Model) -> bool:
     return any(units for (role, _), units in user.tables().items() if role == TOKEN_TYPES)
 
 
+def _refuse_biases(user: assign.Model, spec: str) -> None:
+    """Refuse a model whose layers' projections add biases an architecture without any in them
+    (ModernBERT's, NomicBERT's) has none of: no table places them, and added they move every
+    output."""
+    if user.config.linear_bias:
+        return
+    biases = [user.patterns[u.bias] for u in user.layer if u.kind == "linear" and u.bias]
+    if biases:
+        kind = user.config.model_type
+        raise NotBertError(
+            f"{spec}: {listed(biases)}: biases of projections that have none in {kind} "
+            "(bias=False): no checkpoint has them, and added they move every output"
+        )
+
+
 def _refuse_stacked(tensors: dict, config: BertConfig, spec: str) -> None:
     """Refuse a model whose layers are not one tensor per layer (all layers stacked)."""
     stacked = [
@@ -364,7 +386,9 @@ def _refuse_stacked(tensors: dict, config: BertConfig, spec: str) -> None:
 def _model(trace: Trace, tensors: dict, config: BertConfig, classes) -> assign.Model:
     """The user's units, those of layer 0 standing for every layer's; `classes`: config.json's
     `architectures`, whose groups say which heads the model's are."""
-    patterns = layer_pattern({n: t.shape for n, t in tensors.items()}, config.num_hidden_layers)
+    arch = catalog.of(config.model_type)
+    shapes = {n: t.shape for n, t in tensors.items()}
+    patterns = layer_pattern(shapes, config.num_hidden_layers, bool(arch.first_layer_lacks))
     # A parameter under two names (a tied decoder) is one unit: its second name a tied copy.
     keys = {
         n: (t.data_ptr(), t.shape, t.stride()) if t.data_ptr() else id(t)
@@ -375,10 +399,13 @@ def _model(trace: Trace, tensors: dict, config: BertConfig, classes) -> assign.M
     distinct = {n: t for n, t in tensors.items() if n not in tied}
     units = units_from(trace, distinct, config)
     index = {n: layer_index(p, n) for n, p in patterns.items()}
+    # the first layer's units stand for every layer's; the second's where the first lacks one
     first = min((i for i in index.values() if i is not None), default=-1)
+    if arch.first_layer_lacks:
+        first = max(sorted(set(index.values()) - {None}), default=-1,
+                    key=lambda i: sum(index[u.weight] == i for u in units))  # fmt: skip
     layer = [u for u in units if index[u.weight] == first]
     outside = [u for u in units if index[u.weight] is None]
-    arch = catalog.of(config.model_type)
     names = [c for c in classes if isinstance(c, str)] if isinstance(classes, list) else []
     declared = frozenset(g for c in names if c in arch.classes for g in arch.groups_of(c))
     return assign.Model(layer, outside, patterns, tied, config, arch, declared)
@@ -404,8 +431,11 @@ class Search:
     types: int = 0  # the checkpoint's token types (type_vocab_size), held or not
 
     def run(self) -> Inference:
-        embeddings = list(assign.global_choices(self.user))
-        layers = list(itertools.islice(assign.layer_choices(self.user), MAX_TRIALS))
+        modern = self.config.rotary  # ModernBERT's and NomicBERT's units: their own choices
+        embeddings = list((assign.modern_global_choices if modern else assign.global_choices)(
+            self.user))  # fmt: skip
+        layer_choices = assign.modern_layer_choices if modern else assign.layer_choices
+        layers = list(itertools.islice(layer_choices(self.user), MAX_TRIALS))
         if not embeddings or not layers:
             return Inference(None, {}, 0, self._inventory())
         taken = {id(u) for a in (embeddings[0], layers[0]) for u in a.units.values()}
@@ -494,7 +524,8 @@ class Search:
         units = {r: u for a in parts for r, u in a.units.items()}
         transposed = {r: t for a in parts for r, t in a.transposed.items()}
         swapped = frozenset().union(*(a.swapped for a in parts))
-        merged = assign.Assignment(units, transposed, swapped, chosen["layers"].fused)
+        layers = chosen["layers"]
+        merged = assign.Assignment(units, transposed, swapped, layers.fused, layers.gated)
         name = self.spec.rpartition(":")[2]
         rows = assign.sections(merged, self.user)
         own = self._own(units)

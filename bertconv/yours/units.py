@@ -47,12 +47,13 @@ def words(name: str) -> set[str]:
     return {w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w and not w.isdigit()}
 
 
-def layer_pattern(shapes: dict[str, tuple], layers: int) -> dict[str, str]:
+def layer_pattern(shapes: dict[str, tuple], layers: int, first_may_lack=False) -> dict[str, str]:
     """Each name with its layer index replaced by `{layer}` (names outside the layers as they
     are). The index is a number in a name that runs over 0..layers-1 (or 1..layers) where the
     rest of the name stays the same, and the tensors are alike (every layer's is the same
     shape; a list of three embeddings is not three layers): `blocks.1.mlp.0.weight`,
-    `params.l1_wq`, `Wq.1`. `shapes`: each tensor's, by name."""
+    `params.l1_wq`, `Wq.1`. `shapes`: each tensor's, by name; `first_may_lack`: the
+    architecture has a tensor in every layer but the first, whose index then runs 1..layers-1."""
     seen: dict[str, dict[int, tuple]] = {}
     found: dict[str, list[str]] = {}
     for name, shape in shapes.items():
@@ -60,7 +61,9 @@ def layer_pattern(shapes: dict[str, tuple], layers: int) -> dict[str, str]:
             pattern = name[: match.start()] + "{layer}" + name[match.end() :]
             seen.setdefault(pattern, {})[int(match.group())] = tuple(shape)
             found.setdefault(name, []).append(pattern)
-    runs = (set(range(layers)), set(range(1, layers + 1)))  # counted from 0, or from 1
+    runs = [set(range(layers)), set(range(1, layers + 1))]  # counted from 0, or from 1
+    if first_may_lack and layers > 2:  # in every layer but the first (ModernBERT's attention norm)
+        runs.append(set(range(1, layers)))
 
     def is_layers(pattern: str) -> bool:
         return set(seen[pattern]) in runs and len(set(seen[pattern].values())) == 1

@@ -33,6 +33,9 @@ class Mistake:
     step: str  # the part of the model it is in
     cause: str  # what the port computes, and what the checkpoint does
     made: Callable[[BertModel], Iterator[None]]  # a context in which bertconv's model makes it
+    # where the mistake moves the embeddings' state as read (a norm used twice is read at its
+    # second use): that state, of the model's own
+    embeddings: Callable[[BertModel, torch.Tensor], torch.Tensor] | None = None
 
 
 def mistakes(model: BertModel) -> Iterator[Mistake]:
@@ -93,6 +96,7 @@ def mistakes(model: BertModel) -> Iterator[Mistake]:
             "the embeddings' norm applied again before the first layer's attention, where the "
             "checkpoint has no norm there",
             lambda m: _set(layers[:1], "attention_norm", m.embeddings.LayerNorm),
+            lambda m, state: m.embeddings.LayerNorm(state),  # read at its second use
         )
         yield Mistake(
             "the final norm",
@@ -187,17 +191,20 @@ def explain(model: BertModel, row: Output, batch: dict, yours: torch.Tensor) -> 
     ids, mask = batch["input_ids"], batch["attention_mask"]
     types = batch.get("token_type_ids")
 
-    def computed() -> torch.Tensor:
+    def computed(mistake: Mistake | None = None) -> torch.Tensor:
         with torch.inference_mode():
             states = model(ids, mask, types).hidden_states
-        return states[row.index if row.kind == "layer" else 0][mask.bool()].float()
+            state = states[row.index if row.kind == "layer" else 0]
+            if row.kind == "embeddings" and mistake is not None and mistake.embeddings:
+                state = mistake.embeddings(model, state)
+        return state[mask.bool()].float()
 
     yours = yours.float()
     differs = float((computed() - yours).abs().max())
     tried = []
     for mistake in mistakes(model):
         with mistake.made(model):
-            made = float((computed() - yours).abs().max())
+            made = float((computed(mistake) - yours).abs().max())
         tried.append(mistake.cause.split(",")[0])
         if made * CLEAR <= differs:
             return Diagnosis(str(row), mistake.step, differs, cause=mistake.cause,
