@@ -284,7 +284,9 @@ class Yours(Runner):
         return self.harness.prepare(batch)
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> dict[Output, torch.Tensor]:
-        run = self.harness.run(batch, keep=set().union(*self.anchors.values()))
+        found = self.anchors  # a pre-LN layer's state: the sum after its anchor's call
+        sums = set().union(*(found[o] for o in found.sums if o in found), *found.fallback.values())
+        run = self.harness.run(batch, keep=set().union(*found.values(), sums), sums=sums)
         named, unused = outputs_of(run, self.anchors, self.heads)
         if note := misread_pooler(run, self.anchors, named):
             named[POOLER] = torch.full((len(batch["input_ids"]), named[POOLER].shape[-1]), math.nan)

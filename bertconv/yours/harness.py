@@ -400,11 +400,14 @@ class Harness:
         pairs = zip(tensors_in(run.output), tensors_in(again), strict=False)
         return any(a.shape != b.shape or not torch.equal(a, b) for a, b in pairs)
 
-    def run(self, batch: dict[str, torch.Tensor], guard: bool = True, keep=None) -> Run:
+    def run(
+        self, batch: dict[str, torch.Tensor], guard: bool = True, keep=None, sums=frozenset()
+    ) -> Run:
         """A traced forward on a prepared batch. The user's code raising is theirs (guard), or,
         where a candidate table may break it, the caller's to handle. `keep`: the weights
-        whose calls are read after it (Trace), where not every call is."""
-        trace = Trace(self.model, dict(batch), keep)
+        whose calls are read after it (Trace), where not every call is; `sums`: those whose
+        call's residual sum is."""
+        trace = Trace(self.model, dict(batch), keep, sums)
         user = guarded(self.spec, "running its forward") if guard else users_code()
         with torch.inference_mode(), trace, user:
             output = self.call(batch)

@@ -66,7 +66,11 @@ class Trace(TorchFunctionMode):
     """Records the calls of a forward of `model` on `inputs` ({our name: tensor})."""
 
     def __init__(
-        self, model: nn.Module, inputs: dict[str, torch.Tensor], keep: set[str] | None = None
+        self,
+        model: nn.Module,
+        inputs: dict[str, torch.Tensor],
+        keep: set[str] | None = None,
+        sums: set[str] = frozenset(),
     ):
         super().__init__()
         self.model, self.inputs = model, inputs
@@ -84,6 +88,9 @@ class Trace(TorchFunctionMode):
         # attention map), each id forgotten when its tensor goes, so that none is taken for
         # another. None: every call keeps its tensors (the diagnosis reads them all).
         self.keep = keep
+        # `sums`: the weights whose call's output a residual sum is read after (a pre-LN
+        # layer's state): that sum's call keeps its tensors too
+        self.sums = sums
         self._kept: set[int] = set()
         self._watched: set[int] = set()
 
@@ -197,10 +204,11 @@ class Trace(TorchFunctionMode):
         made = [p for p in call.producers if p is not None]
         if call.params or not made:
             return False
-        # what a call read later made, alone (an activation), or summed with another tensor (a
-        # residual connection's sum: a pre-LN layer's state)
-        kept = [p for p in made if p in self._kept]
-        return bool(kept) and (len(made) == 1 or call.name in SUMS)
+        if len(made) == 1:  # what a call read later made, alone (an activation)
+            return made[0] in self._kept
+        # or summed with another tensor, where that call's is a pre-LN layer's residual sum
+        summed = [p for p in made if p in self._kept and self.calls[p].param_names & self.sums]
+        return call.name in SUMS and bool(summed)
 
     def _hold(self, t: torch.Tensor) -> None:
         """Keep `t` alive while the trace lives, or (`keep`) forget its id when it goes (the
