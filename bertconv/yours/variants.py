@@ -42,6 +42,7 @@ def mistakes(model: BertModel) -> Iterator[Mistake]:
     """The mistakes a port of `model`'s architecture may make, each as bertconv's model makes
     it (those its config has room for: a window where it has local layers)."""
     config, layers = model.config, list(model.encoder.layer)
+    H = config.hidden_size
     attentions = [_attention(layer) for layer in layers]
     local = [a for a in attentions if a.reach is not None]
     full = [a for a in attentions if a.reach is None]
@@ -89,7 +90,7 @@ def mistakes(model: BertModel) -> Iterator[Mistake]:
             "layer 1's attention norm",
             "a norm before the first layer's attention, where the checkpoint has none (the "
             "embeddings' norm is it): the embeddings normed twice",
-            lambda m: _set(layers[:1], "attention_norm", LayerNorm(config.hidden_size, 1e-5)),
+            lambda m: _set(layers[:1], "attention_norm", LayerNorm(H, config.layer_norm_eps)),
         )
         yield Mistake(
             "layer 1's attention norm",
@@ -126,8 +127,8 @@ def _window_mistakes(config, local: list, attentions: list) -> Iterator[Mistake]
                 )
         yield Mistake(
             window,
-            f"the window in every layer, {checkpoint} and every "
-            f"{config.global_attn_every_n_layers}th layer (the first among them) sees all",
+            f"the window in every layer, {checkpoint} and one layer in "
+            f"{config.global_attn_every_n_layers} (the first among them) sees all",
             lambda m: _set(attentions, "reach", reach),
         )
         yield Mistake(
@@ -200,6 +201,8 @@ def explain(model: BertModel, row: Output, batch: dict, yours: torch.Tensor) -> 
         return state[mask.bool()].float()
 
     yours = yours.float()
+    if tuple(yours.shape) != tuple(computed().shape):  # the row says how it differs
+        return Diagnosis(str(row), None, math.nan, detail=f"its shape {tuple(yours.shape)}")
     differs = float((computed() - yours).abs().max())
     tried = []
     for mistake in mistakes(model):
