@@ -94,7 +94,6 @@ def test_a_round_trip_through_bertconvs_names_is_bit_for_bit(model_class, modern
     )
     assert set(before) == set(after)  # no name added, none lost
     assert all(torch.equal(before[n], after[n]) for n in before)
-    assert verify(str(tmp_path / "ours"), device="cpu").passed
 
 
 @pytest.mark.parametrize("model_class", [c for c in CLASSES if c.startswith("Nomic")])
