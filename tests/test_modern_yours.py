@@ -25,7 +25,8 @@ PORTS = f"{ZOO}/modern_ports.py"
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("modern-yours")
-    return {c: written(c, root) for c in ("ModernBertModel", "NomicBertModel")}
+    names = ("ModernBertModel", "NomicBertModel", "ModernBertForMaskedLM")
+    return {c: written(c, root) for c in names}
 
 
 @pytest.mark.parametrize(
@@ -195,3 +196,30 @@ def test_a_swapped_gate_in_code_is_a_table_that_stacks_it_the_other_way(checkpoi
     assert code == 0, err
     assert 'Wi_gate.weight", "layers.{layer}.mlp.Wi_input' in table.read_text()
     assert verify(str(source), device="cpu", model=spec, model_layout=str(table)).passed
+
+
+@pytest.mark.parametrize(
+    "factory, checkpoint, groups",
+    [
+        ("modernbert_mlm", "ModernBertForMaskedLM", ("head", "mlm")),
+        (f"{Path(__file__).parent}/zoo/modern_hf.py:masked_lm", "ModernBertForMaskedLM",
+         ("head", "mlm")),
+        (f"{Path(__file__).parent}/zoo/modern_hf.py:classifier", None, ("head", "classifier")),
+    ],
+)  # fmt: skip
+def test_infer_places_modernberts_heads(factory, checkpoint, groups, checkpoints, tmp_path, cli):
+    """ModernBERT's prediction head, then its tied decoder or a classifier: in a port of its
+    own, and in transformers' own classes (a port of their code holds their names)."""
+    import tomllib
+
+    spec = factory if ":" in factory else f"{PORTS}:{factory}"
+    source = (
+        checkpoints[checkpoint] if checkpoint
+        else written("ModernBertForSequenceClassification", tmp_path)
+    )  # fmt: skip
+    table = tmp_path / "heads.toml"
+    code, _, err = cli("infer", spec, "--config", source / "config.json", "--out", table)
+    assert code == 0, err
+    assert tuple(tomllib.loads(table.read_text())["groups"]) == groups
+    report = verify(str(source), device="cpu", model=spec, model_layout=str(table))
+    assert report.passed and any("logits" in r.name for r in report.rows), report.rows

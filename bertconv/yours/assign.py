@@ -22,6 +22,7 @@ PER_TOKEN = {"token classifier": None, "qa": 2}
 ATTENTION = ("query", "key", "value")
 GATED = ("intermediate", "up")  # a gated feed-forward's two projections of one input
 DISCRIMINATOR = "discriminator"  # ELECTRA's head: its role and group
+SHARED_HEAD = "head"  # ModernBERT's prediction head, which every head of its begins with
 
 
 @dataclass(frozen=True)
@@ -395,6 +396,30 @@ def head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
             if role and role not in units:
                 pick(role, [(unit, t) for t in fits(unit, width(unit, h), h)], per_token)
     return [Assignment(units, flips)] if units else []
+
+
+def modern_head_choices(model: Model, taken: set[int], word: Unit) -> list[Assignment]:
+    """ModernBERT's heads: its prediction head (a square projection, then a norm, used after
+    the layers) before the decoder (the word embeddings, tied) and its bias, or before a
+    classifier of the sequence (as wide as its labels)."""
+    c, h = model.config, model.config.hidden_size
+    free = sorted((u for u in model.outside if id(u) not in taken), key=lambda u: u.order)
+    squares = [(u, t) for u in free for t in fits(u, h, h)]
+    norms = [u for u in free if is_norm(u, h, c.norm_bias)]
+    if "mlm transform" not in model.roles.units or not squares or not norms:
+        return []
+    (dense, stored), norm = squares[0], norms[0]
+    units, flips = {"mlm transform": dense, "mlm norm": norm}, {"mlm transform": stored}
+    rest = [u for u in free if u is not dense and u is not norm]
+    biases = [u for u in rest if u.shape == (c.vocab_size,)]
+    labels = [(u, t) for u in rest if (n := width(u, h)) for t in fits(u, n, h)]
+    if biases:
+        units["mlm bias"] = biases[0]
+    elif labels and "classifier" in model.roles.units:
+        units["classifier"], flips["classifier"] = labels[0]
+    else:
+        return []
+    return [Assignment(units, flips)]
 
 
 def _discriminator(free: list[Unit], h: int, pick) -> None:

@@ -440,15 +440,17 @@ class Search:
             return Inference(None, {}, 0, self._inventory())
         taken = {id(u) for a in (embeddings[0], layers[0]) for u in a.units.values()}
         word = embeddings[0].units["word embeddings"]
-        heads = assign.head_choices(self.user, taken, word) or [assign.Assignment({})]
+        shared = assign.SHARED_HEAD in self.user.architecture.group_tensors  # ModernBERT's
+        head_choices = assign.modern_head_choices if shared else assign.head_choices
+        heads = head_choices(self.user, taken, word) or [assign.Assignment({})]
         self._count_labels(assign.labelled(heads[0]))
         taken |= {id(u) for u in heads[0].units.values()}
         poolers = assign.pooler_choices(self.user, taken) or [assign.Assignment({})]
         if not self.pooled:  # the pooler's unit is the directory's Dense ([sentence])
             self.detached = tuple(poolers[0].units.values())
             poolers = [assign.Assignment({})]
-        if not poolers[0].units:  # a head read off a hidden state is not transformers'
-            self.detached += tuple(
+        if not poolers[0].units and not shared:  # a head read off a hidden state is not
+            self.detached += tuple(  # transformers' (ModernBERT's reads it through its own)
                 heads[0].units.pop(r) for r in assign.SEQUENCE if r in heads[0].units
             )
         parts = {"embeddings": embeddings, "layers": layers, "pooler": poolers, "heads": heads}

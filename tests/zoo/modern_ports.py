@@ -585,3 +585,24 @@ def nomic_mistaken_in_code(mistake: str):
         return port
 
     return make
+
+
+class ModernBertMLMPort(ModernBertPort):
+    """The rotate-half port with ModernBERT's masked-LM head: a dense layer, GELU and a norm
+    (no biases), then the word embeddings as the decoder, with a bias of its own."""
+
+    def __init__(self, cfg: dict):
+        super().__init__(cfg)
+        d = cfg["hidden_size"]
+        self.head_dense = nn.Linear(d, d, bias=False)
+        self.head_norm = nn.LayerNorm(d, eps=cfg["norm_eps"], bias=False)
+        self.decoder_bias = nn.Parameter(torch.zeros(cfg["vocab_size"]))
+
+    def forward(self, input_ids, attention_mask=None):
+        h = super().forward(input_ids, attention_mask)
+        x = self.head_norm(F.gelu(self.head_dense(h)))
+        return {"last_hidden_state": h, "logits": F.linear(x, self.tok.weight, self.decoder_bias)}
+
+
+def modernbert_mlm(config) -> ModernBertMLMPort:
+    return ModernBertMLMPort(_from_json(config))
