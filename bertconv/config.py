@@ -345,12 +345,15 @@ def _token_id_problems(d: dict) -> list[str]:
     vocab = d.get("vocab_size")
     if not _is_int(vocab):
         return []
+
+    def within(value) -> bool:  # an id, or a list of them (eos_token_id may be several)
+        ids = value if isinstance(value, list) and value else [value]
+        return all(_is_int(i) and 0 <= i < vocab for i in ids)
+
     return [
         f"{name}={value!r} is not a token id within vocab_size={vocab}"
         for name, value in d.items()
-        if name.endswith("_token_id")
-        and value is not None
-        and not (_is_int(value) and 0 <= value < vocab)
+        if name.endswith("_token_id") and value is not None and not within(value)
     ]
 
 

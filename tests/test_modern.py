@@ -302,3 +302,14 @@ def test_fetch_brings_them_through_the_hub(model_class, modern, tmp_path):
     assert done.returncode == 0, done.stderr
     assert bertconv.inspect(str(out)).layout == "bertconv"
     assert verify(str(out), device="cpu").passed
+
+
+def test_several_end_ids_are_read_each_within_the_vocabulary(modern):
+    """ModernBertConfig takes eos_token_id as an id or a list of them."""
+    from bertconv.catalog import read_config
+    from bertconv.errors import CheckpointError
+
+    d = json.loads((modern["ModernBertModel"] / "config.json").read_text())
+    assert read_config(d | {"eos_token_id": [3, 2]}).model_type == "modernbert"
+    with pytest.raises(CheckpointError, match=r"eos_token_id=\[3, 200\]"):
+        read_config(d | {"eos_token_id": [3, 200]})
