@@ -171,6 +171,7 @@ def test_infer_finds_each_ports_table_and_the_converted_weights_load_strictly(
         ("interleaved", "interleaved pairs"),
         ("final_norm_missing", "no final norm"),
         ("first_attention_norm_twice", "the embeddings' norm applied again"),
+        ("final_norm_removed", "the final one after the last layer"),
     ],
 )
 def test_infer_names_the_mistake_no_table_can_mend(mistake, words, checkpoints, tmp_path, cli):

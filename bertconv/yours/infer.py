@@ -611,16 +611,24 @@ class Search:
 
     def _inventory(self) -> str:
         """What BERT has that the model's tensors cannot be, part by part."""
-        h, i = self.config.hidden_size, self.config.intermediate_size
+        h, i, c = self.config.hidden_size, self.config.intermediate_size, self.config
         outside, layer = self.user.outside, self.user.layer
         tables = self.user.tables().items()
         missing = [f"the {name} (a {shape} table)" for (name, shape), u in tables if not u]
-        if not any(assign.is_norm(u, h) for u in outside):
-            missing.append(f"the embeddings' LayerNorm (two ({h},) tensors)")
-        if sum(assign.is_norm(u, h) for u in layer) < 2:
-            missing.append(f"a layer's two LayerNorms (two ({h},) tensors each)")
-        if not any(assign.fits(u, i, h) for u in layer):
-            missing.append(f"a layer's intermediate projection ({i}, {h}) with its bias")
+        norm = f"({h},) tensors" if c.norm_bias else f"({h},) tensor, no bias"
+        norms = [u for u in outside if assign.is_norm(u, h, c.norm_bias)]
+        wanted = 2 if c.norm_first else 1  # ModernBERT's final norm besides the embeddings'
+        if len(norms) < wanted:
+            missing.append(
+                f"the embeddings' LayerNorm and the final one after the last layer ({norm} each)"
+                if c.norm_first else f"the embeddings' LayerNorm ({norm})"
+            )  # fmt: skip
+        if sum(assign.is_norm(u, h, c.norm_bias) for u in layer) < 2:
+            missing.append(f"a layer's two LayerNorms ({norm} each)")
+        halves = c.gated and any(assign.fits(u, 2 * i, h) for u in layer)
+        if not any(assign.fits(u, i, h) for u in layer) and not halves:
+            bias = " with its bias" if c.linear_bias else ""
+            missing.append(f"a layer's intermediate projection ({i}, {h}){bias}")
         square = sum(bool(assign.fits(u, h, h)) for u in layer)
         fused = any(assign.fits(u, 3 * h, h) for u in layer)
         if square < 4 and not (fused and square >= 1):

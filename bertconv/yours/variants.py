@@ -24,8 +24,9 @@ from ..model import BertModel, LayerNorm
 from ..outputs import Output
 from .diagnose import CLEAR, Diagnosis
 
-# The bases rotary ports are written with (RoFormer's, NomicBERT's, ModernBERT's, Llama 3's)
-BASES = (10000.0, 1000.0, 160000.0, 500000.0, 1000000.0)
+# The bases rotary ports are written with (RoFormer's and most ports', NomicBERT's, ModernBERT's,
+# Llama 3's, and round values between)
+BASES = (10000.0, 1000.0, 160000.0, 500000.0, 1000000.0, 100000.0, 50000.0, 20000.0, 80000.0)
 
 
 @dataclass(frozen=True)

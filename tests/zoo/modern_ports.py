@@ -553,6 +553,8 @@ def modernbert_mistaken_in_code(mistake: str):
             port.blocks[0].ln_attn = port.ln_emb
         elif mistake == "final_norm_missing":
             port.ln_final.forward = lambda x: x
+        elif mistake == "final_norm_removed":  # no module, no weight
+            port.ln_final = nn.Identity()
         else:
             raise ValueError(f"no such mistake: {mistake}")
         return port
