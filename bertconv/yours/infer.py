@@ -615,7 +615,7 @@ class Search:
         outside, layer = self.user.outside, self.user.layer
         tables = self.user.tables().items()
         missing = [f"the {name} (a {shape} table)" for (name, shape), u in tables if not u]
-        norm = f"({h},) tensors" if c.norm_bias else f"({h},) tensor, no bias"
+        norm = f"two ({h},) tensors" if c.norm_bias else f"one ({h},) tensor, no bias"
         norms = [u for u in outside if assign.is_norm(u, h, c.norm_bias)]
         wanted = 2 if c.norm_first else 1  # ModernBERT's final norm besides the embeddings'
         if len(norms) < wanted:
