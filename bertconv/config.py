@@ -241,6 +241,11 @@ class BertConfig:
             )
         if self.rotary and not self.rotary_theta > 0:
             problems.append(f"the rotary base is {self.rotary_theta!r}: a positive number")
+        if self.rotary and not problems and self.attention_head_size % 2:
+            problems.append(
+                f"the head size (hidden_size / num_attention_heads = {self.attention_head_size}) "
+                "is odd: rotary positions turn a head's features in pairs"
+            )
         if self.reserved_positions >= self.max_position_embeddings:
             problems.append(
                 f"pad_token_id={self.pad_token_id} leaves none of "

@@ -187,6 +187,7 @@ REFUSED = {
     ),
     "biases in the projections": ({"attention_bias": True}, "attention_bias=True"),
     "another pooling": ({"classifier_pooling": "max"}, "classifier_pooling='max'"),
+    "an odd head size": ({"num_attention_heads": 32}, "the head size"),
 }
 
 
