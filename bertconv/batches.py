@@ -239,6 +239,12 @@ def inputs(
     random = random_batch(config)
     kinds += [Batch(RANDOM, random), Batch(LEFT, left_padded(random), again=True, left=True)]
     full = positions(config)
+    within = config.local_attention - 1  # a sequence just inside a local window's width
+    if config.local_attention and config.reach + 1 < within < full and within != RANDOM_LENGTH:
+        # its tokens farther apart than the window reaches: a model that takes a sequence no
+        # longer than the window for one that needs none (global attention) is caught
+        tensors = random_batch(config, within)
+        kinds.append(Batch(f"random ids of {within} positions (within a local window)", tensors))
     if full > RANDOM_LENGTH:  # else the random ids are of the full length already
         tensors = random_batch(config, full, FULL_ROWS, others=RANDOM_LENGTH)
         kinds.append(Batch(f"random ids of all {full} positions", tensors, full=True))

@@ -224,3 +224,27 @@ def test_infer_places_modernberts_heads(factory, checkpoint, groups, checkpoints
     assert tuple(tomllib.loads(table.read_text())["groups"]) == groups
     report = verify(str(source), device="cpu", model=spec, model_layout=str(table))
     assert report.passed and any("logits" in r.name for r in report.rows), report.rows
+
+
+def test_a_port_taking_a_sequence_within_the_window_for_one_that_needs_none_fails(
+    checkpoints, tmp_path
+):
+    """Global attention below the window's width is right on verify's longer batches: a
+    sequence just inside the width (tokens farther apart than the window reaches) shows it."""
+    spec = _spec(tmp_path, "modernbert_mistaken_in_code", "no_window_when_short")
+    report = verify(str(checkpoints["ModernBertModel"]), device="cpu", model=spec,
+                    model_layout=str(ZOO / "modern_port.toml"))  # fmt: skip
+    assert not report.passed
+    assert report.diagnosis.step == "the attention window", report.diagnosis.message()
+
+
+def test_a_mistake_only_closer_is_never_called_the_cause(checkpoints, tmp_path):
+    """A base of 12000: the 10000 recomputed comes closer, but does not give what the port
+    computes; no cause is named, the closest said as such."""
+    spec = _spec(tmp_path, "modernbert_mistaken_in_code", "base_12000")
+    report = verify(str(checkpoints["ModernBertModel"]), device="cpu", model=spec,
+                    model_layout=str(ZOO / "modern_port.toml"))  # fmt: skip
+    assert not report.passed
+    found = report.diagnosis
+    assert found.step is None and found.confirmed_max_abs is None, found.message()
+    assert "none of the mistakes" in found.message() and "the closest" in found.message()

@@ -523,6 +523,20 @@ class SwappedBlock(ModernBlock):
         return self.wo(F.gelu(up) * gate)
 
 
+class ShortcutBlock(ModernBlock):
+    """Global attention on a sequence no longer than the window's width (local_attention):
+    wrong wherever two of its tokens are farther apart than the window reaches either way."""
+
+    def forward(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        window = self.window
+        short = window is not None and x.shape[1] < 2 * window  # 2 * reach: the width
+        self.window = None if short else window
+        try:
+            return super().forward(x, keys)
+        finally:
+            self.window = window
+
+
 def modernbert_mistaken_in_code(mistake: str):
     """A factory of the rotate-half port built from config.json with `mistake` in its code (as
     verify --model builds it: the checkpoint's weights loaded after)."""
@@ -555,6 +569,11 @@ def modernbert_mistaken_in_code(mistake: str):
             port.ln_final.forward = lambda x: x
         elif mistake == "final_norm_removed":  # no module, no weight
             port.ln_final = nn.Identity()
+        elif mistake == "base_12000":  # a base no list of published ones holds
+            _retabled(port, lambda b: 12000.0 if b.window is None else None)
+        elif mistake == "no_window_when_short":  # "a sequence within the window needs none"
+            for block in port.blocks:
+                block.__class__ = ShortcutBlock
         else:
             raise ValueError(f"no such mistake: {mistake}")
         return port
