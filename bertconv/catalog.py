@@ -84,7 +84,6 @@ class Architecture:
     facts: dict = field(default_factory=dict)  # what BertConfig carries for the model
     config_spec: dict = field(default_factory=dict)  # [config]: CONFIG_PARTS
     first_layer_lacks: frozenset[str] = frozenset()  # layer patterns layer 0 has no tensor of
-    residual_layers: bool = False  # a layer's state is the sum its anchor's output is added into
 
     @cached_property
     def group_tensors(self) -> dict[str, frozenset[str]]:
@@ -119,6 +118,12 @@ class Architecture:
         """The encoder's tensors of the token type embeddings (none in DistilBERT's)."""
         unit = self.units.get(TOKEN_TYPES)
         return frozenset(n for n in self.tensors[ENCODER] if unit and n.startswith(unit["prefix"]))
+
+    @property
+    def residual_layers(self) -> bool:
+        """Is a layer's state the residual sum its anchor's output is added into (norms before
+        each sublayer: none after it)?"""
+        return self.facts["norm_first"]
 
     def lacks(self, pattern: str) -> int:
         """The layers before which `pattern` has no tensor: 1 where the first layer has none of
@@ -343,7 +348,6 @@ def _architecture(catalog: dict, model_type: str, family: str) -> Architecture:
         facts,
         catalog.get("config", {}),
         frozenset(catalog.get("first_layer_lacks", [])),
-        catalog.get("norm_first", False),  # pre-LN: no norm after the residual sum
     )
 
 

@@ -494,7 +494,8 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         for pattern, spec in section.items():
             targets = () if isinstance(spec, list) else row_targets(spec)[0]
             first = max((arch.lacks(t) for t in targets), default=0)
-            lacking.update(catalog.expand(pattern, first))  # the layers before the first
+            if first:  # the layers before the first that has it
+                lacking.update(catalog.expand(pattern, first))
             for i, expanded in enumerate(catalog.expand(pattern, n, first), start=first):
                 if expanded in rows:
                     raise TableError(
@@ -521,7 +522,7 @@ def expand(raw: dict, name: str, config: BertConfig, where: str | None = None) -
         "own": frozenset(own),
         "holding": Holding.of(raw),
         "sentence": tuple(raw.get("sentence", {}).items()),
-        "lacking": frozenset(n for n in lacking if "{layer}" not in n),
+        "lacking": frozenset(lacking),
     }
     return Layout(
         name,

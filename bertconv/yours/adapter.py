@@ -50,7 +50,7 @@ from .diagnose import Diagnosis, diagnose
 from .fence import APPLIED, shipped
 from .harness import load, load_weights
 from .reading import anchors, head_input, misread_pooler, outputs_of, read, returned
-from .variants import explain
+from .variants import explain_run
 
 
 def yours(ckpt: Checkpoint, reading: Reading, spec: str, table_spec: str | None, read=None):
@@ -444,11 +444,8 @@ def diagnosis(harness, table, row: Output, batches, bert: BertModel) -> Diagnosi
         except UserCodeError:  # a batch of every position it cannot take: the others say
             continue
         if bert.config.rotary:  # a modern encoder: its ports' mistakes, each recomputed
-            yours = read(run, found_anchors).get(row)
-            if yours is None or row.kind not in ("embeddings", "layer"):
-                return None
             with shipped():
-                return explain(bert, row, batch, yours)
+                return explain_run(bert, run, found_anchors, row)
         pooled = read(run, found_anchors).get(POOLER) if row == POOLER else None
         varies = harness.varies(run)  # as it ran: with its patches of torch
         with shipped():  # the model ran with its patches of torch; BERT is recomputed without

@@ -151,11 +151,9 @@ class Probe:
 
         run, table, found = self.traced(raw)
         if self.config.rotary:  # a modern encoder: its ports' mistakes, each recomputed
-            from .variants import explain
+            from .variants import explain_run
 
-            yours = read(run, found).get(row)
-            fits = yours is not None and row.kind in ("embeddings", "layer")
-            return explain(self.reference, row, self.batch, yours) if fits else None
+            return explain_run(self.reference, run, found, row)
         pooled = read(run, found).get(POOLER) if row == POOLER else None
         return diagnose(run.trace, table, self.reference, row, pooled, self.harness.varies(run))
 

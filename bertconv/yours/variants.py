@@ -23,6 +23,8 @@ from .. import model as model_module
 from ..model import BertModel, LayerNorm
 from ..outputs import Output
 from .diagnose import CLEAR, Diagnosis
+from .harness import Run
+from .reading import read
 
 # How close a mistake recomputed must come to the model's values to be its cause: float32's
 # rounding over a whole model's layers (verify's tolerance at full length), no more.
@@ -188,6 +190,15 @@ def interleaved(x: torch.Tensor, theta: float) -> torch.Tensor:
     even, odd = x.float()[..., 0::2], x.float()[..., 1::2]
     turned = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
     return turned.flatten(-2).to(x.dtype)
+
+
+def explain_run(model: BertModel, run: Run, found: dict, row: Output) -> Diagnosis | None:
+    """`row` of a traced forward of a port (`found`: its anchors), explained; None where the
+    row is no state of the encoder's, or the port never computed it."""
+    yours = read(run, found).get(row)
+    if yours is None or row.kind not in ("embeddings", "layer"):
+        return None
+    return explain(model, row, run.batch, yours)
 
 
 def explain(model: BertModel, row: Output, batch: dict, yours: torch.Tensor) -> Diagnosis:
